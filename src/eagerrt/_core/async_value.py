@@ -1,0 +1,276 @@
+"""AsyncValue: a thread-safe, write-once future that runs continuations.
+
+The runtime's one synchronisation primitive, after TFRT's ``AsyncValue``. A value
+starts *pending* and ends *ready* (holding a result) or *error* (holding an
+exception); the final state never changes.
+
+``and_then(callback)`` runs ``callback()`` exactly once: at once if the value is
+already available, otherwise on whichever thread completes it. The state and the
+waiter list change together under one lock, so a waiter added while another
+thread completes the value is never lost.
+
+Continuations run inline on the completing thread, which is what makes a chain of
+cheap dependent ops fast. To keep a chain of 100,000 dependent values from
+overflowing the stack, each thread counts its nested continuations and, past
+``MAX_INLINE_DEPTH``, queues them on a per-thread trampoline that the outermost
+continuation drains.
+
+>>> v = AsyncValue()
+>>> seen = []
+>>> v.and_then(lambda: seen.append(v.value))
+>>> v.set_value(42)
+>>> seen
+[42]
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+__all__ = [
+    "ERROR",
+    "MAX_INLINE_DEPTH",
+    "PENDING",
+    "READY",
+    "AsyncValue",
+    "AsyncValueStateError",
+    "IndirectAsyncValue",
+    "run_when_ready",
+]
+
+PENDING: Final = 0
+READY: Final = 1
+ERROR: Final = 2
+_STATE_NAMES: Final = {PENDING: "pending", READY: "ready", ERROR: "error"}
+
+#: Nested continuations a thread runs before it starts queueing them (TFRT re-posts
+#: past about 100; a Python continuation costs several frames, so fewer here).
+MAX_INLINE_DEPTH: Final = 48
+
+# One lock guards every value's state+waiters transition. The critical sections
+# are a few bytecodes long, values that are born ready never touch it, and one
+# lock avoids allocating a lock per value on the hot path.
+_transition_lock = threading.Lock()
+_log = logging.getLogger("eagerrt")
+
+
+class AsyncValueStateError(RuntimeError):
+    """An AsyncValue was completed twice, or read before it was available."""
+
+
+class _Trampoline(threading.local):
+    def __init__(self) -> None:
+        self.depth = 0
+        self.deferred: collections.deque[Callable[[], object]] = collections.deque()
+
+
+_trampoline = _Trampoline()
+
+
+def _run_continuation(callback: Callable[[], object]) -> None:
+    """Run ``callback`` now, or queue it if this thread is nested too deeply."""
+    tramp = _trampoline
+    depth = tramp.depth
+    if depth >= MAX_INLINE_DEPTH:
+        tramp.deferred.append(callback)
+        return
+    tramp.depth = depth + 1
+    try:
+        callback()
+    except BaseException:  # a continuation must never break the completing thread
+        _log.exception("eagerrt: a continuation raised; it was dropped")
+    finally:
+        tramp.depth = depth
+    if depth == 0:
+        deferred = tramp.deferred
+        while deferred:
+            tramp.depth = 1
+            try:
+                deferred.popleft()()
+            except BaseException:
+                _log.exception("eagerrt: a continuation raised; it was dropped")
+            finally:
+                tramp.depth = 0
+
+
+class AsyncValue:
+    """A write-once value that is pending, then ready or an error.
+
+    Producers call :meth:`set_value` or :meth:`set_error` exactly once; consumers
+    call :meth:`and_then`, :meth:`wait`, or read :attr:`value` once available.
+
+    >>> v = AsyncValue.ready(3)
+    >>> v.is_available(), v.value
+    (True, 3)
+    >>> e = AsyncValue.failed(ValueError("boom"))
+    >>> e.is_error(), type(e.error).__name__
+    (True, 'ValueError')
+    """
+
+    __slots__ = ("__weakref__", "_state", "_value", "_waiters")
+
+    _state: int
+    _value: Any
+    _waiters: list[Callable[[], object]] | None
+
+    def __init__(self) -> None:
+        self._state = PENDING
+        self._value = None
+        self._waiters = None
+
+    @classmethod
+    def ready(cls, value: Any) -> AsyncValue:
+        """A value that is ready from birth."""
+        av = cls()
+        av._state = READY
+        av._value = value
+        return av
+
+    @classmethod
+    def failed(cls, error: BaseException) -> AsyncValue:
+        """A value that is an error from birth."""
+        av = cls()
+        av._state = ERROR
+        av._value = error
+        return av
+
+    # -- state ---------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """``"pending"``, ``"ready"`` or ``"error"``."""
+        return _STATE_NAMES[self._state]
+
+    def is_available(self) -> bool:
+        """True once the value is ready or an error (it will never change again)."""
+        return self._state != PENDING
+
+    def is_error(self) -> bool:
+        return self._state == ERROR
+
+    @property
+    def value(self) -> Any:
+        """The result; raises :class:`AsyncValueStateError` unless ready."""
+        if self._state != READY:
+            raise AsyncValueStateError(f"AsyncValue is {self.state}, not ready")
+        return self._value
+
+    @property
+    def error(self) -> BaseException:
+        """The exception; raises :class:`AsyncValueStateError` unless an error."""
+        if self._state != ERROR:
+            raise AsyncValueStateError(f"AsyncValue is {self.state}, not an error")
+        return self._value  # type: ignore[no-any-return]
+
+    # -- producer side -------------------------------------------------------
+    def set_value(self, value: Any) -> None:
+        """Make the value ready and run every waiting continuation."""
+        self._complete(READY, value)
+
+    def set_error(self, error: BaseException) -> None:
+        """Make the value an error and run every waiting continuation."""
+        self._complete(ERROR, error)
+
+    def _complete(self, state: int, value: Any) -> None:
+        with _transition_lock:
+            if self._state != PENDING:
+                raise AsyncValueStateError(
+                    f"AsyncValue completed twice: it is already {self.state}"
+                )
+            self._value = value
+            self._state = state
+            waiters = self._waiters
+            self._waiters = None
+        if waiters is not None:
+            for callback in waiters:
+                _run_continuation(callback)
+
+    # -- consumer side -------------------------------------------------------
+    def and_then(self, callback: Callable[[], object]) -> None:
+        """Run ``callback()`` exactly once, when the value is available.
+
+        Inline if it already is; otherwise on the thread that completes it.
+        """
+        if self._state == PENDING:
+            with _transition_lock:
+                if self._state == PENDING:
+                    waiters = self._waiters
+                    if waiters is None:
+                        self._waiters = [callback]
+                    else:
+                        waiters.append(callback)
+                    return
+        _run_continuation(callback)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block this thread until the value is available; False on timeout.
+
+        Never needs an event loop: work completes on worker threads.
+        """
+        if self._state != PENDING:
+            return True
+        event = threading.Event()
+        self.and_then(event.set)
+        return event.wait(timeout)
+
+    def __repr__(self) -> str:
+        if self._state == PENDING:
+            return f"<{type(self).__name__} pending>"
+        return f"<{type(self).__name__} {self.state}: {self._value!r}>"
+
+
+class IndirectAsyncValue(AsyncValue):
+    """A value whose result is forwarded from another value, decided later.
+
+    Useful when a producer must hand out a value before it knows which
+    computation will produce it.
+
+    >>> indirect = IndirectAsyncValue()
+    >>> source = AsyncValue()
+    >>> indirect.forward_to(source)
+    >>> source.set_value("hi")
+    >>> indirect.value
+    'hi'
+    """
+
+    __slots__ = ()
+
+    def forward_to(self, source: AsyncValue) -> None:
+        """Take ``source``'s result (value or error) once it is available."""
+        if source is self:
+            raise AsyncValueStateError("an AsyncValue cannot forward to itself")
+        source.and_then(lambda: self._complete(source._state, source._value))
+
+
+def run_when_ready(values: Iterable[AsyncValue], callback: Callable[[], object]) -> None:
+    """Run ``callback()`` once every value in ``values`` is available.
+
+    >>> a, b = AsyncValue(), AsyncValue()
+    >>> done = []
+    >>> run_when_ready([a, b], lambda: done.append(a.value + b.value))
+    >>> a.set_value(1); done
+    []
+    >>> b.set_value(2); done
+    [3]
+    """
+    pending = [v for v in values if v._state == PENDING]
+    if not pending:
+        _run_continuation(callback)
+        return
+    if len(pending) == 1:
+        pending[0].and_then(callback)
+        return
+    remaining = [len(pending)]
+
+    def one_ready() -> None:
+        with _transition_lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            callback()
+
+    for v in pending:
+        v.and_then(one_ready)

@@ -1,0 +1,102 @@
+"""The one place where eagerrt suspends a task: waiting for an AsyncValue.
+
+``await tensor`` comes here only when the value is still pending (an available
+value is returned without yielding to the loop). Supported loops:
+
+* asyncio and uvloop: a loop future, completed with ``set_result`` when the value
+  completes on the loop's own thread and through ``call_soon_threadsafe`` when a
+  worker completes it.
+* trio (directly or under anyio): ``wait_task_rescheduled``, woken through the
+  run's ``TrioToken.run_sync_soon``.
+
+Cancelling the awaiting task just stops it waiting: the work itself goes on and
+its result stays usable, so the runtime stays consistent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from collections.abc import Generator
+from typing import Any
+
+from .async_value import AsyncValue
+from .errors import UsageError
+
+__all__ = ["wait_async"]
+
+
+def wait_async(value: AsyncValue) -> Generator[Any, None, None]:
+    """Suspend the current task until ``value`` is available (``yield from`` it)."""
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        yield from _wait_asyncio(value, loop)
+        return
+    trio = sys.modules.get("trio")
+    if trio is not None and _in_trio(trio):
+        yield from _wait_trio(value, trio).__await__()
+        return
+    raise UsageError(
+        "awaited an eagerrt value outside asyncio, uvloop or trio; "
+        "in plain sync code use t.numpy() or t.wait() instead of await"
+    )
+
+
+def _in_trio(trio: Any) -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _wait_asyncio(
+    value: AsyncValue, loop: asyncio.AbstractEventLoop
+) -> Generator[Any, None, None]:
+    future = loop.create_future()
+    loop_thread = threading.get_ident()
+
+    def wake() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    def on_available() -> None:
+        if threading.get_ident() == loop_thread:
+            wake()
+            return
+        try:
+            loop.call_soon_threadsafe(wake)
+        except RuntimeError:  # the loop closed while the work ran: nobody waits
+            pass
+
+    value.and_then(on_available)
+    yield from future.__await__()
+
+
+async def _wait_trio(value: AsyncValue, trio: Any) -> None:
+    lowlevel = trio.lowlevel
+    task = lowlevel.current_task()
+    token = lowlevel.current_trio_token()
+    # Both callbacks below run on trio's thread, so this flag needs no lock.
+    state = {"waiting": True}
+
+    def wake() -> None:
+        if state["waiting"]:
+            state["waiting"] = False
+            lowlevel.reschedule(task)
+
+    def on_available() -> None:
+        # Always through the token, even on trio's own thread: the completing
+        # code may be another task's op call, not a place to reschedule from.
+        try:
+            token.run_sync_soon(wake)
+        except RuntimeError:  # the run finished while the work ran: nobody waits
+            pass
+
+    def abort(_raise_cancel: Any) -> Any:
+        state["waiting"] = False
+        return lowlevel.Abort.SUCCEEDED
+
+    value.and_then(on_available)
+    await lowlevel.wait_task_rescheduled(abort)

@@ -1,0 +1,123 @@
+"""Runtime settings: sync mode, worker threads, and the inline/offload threshold.
+
+The cost model turns an op's work into estimated nanoseconds; an op whose inputs
+are ready runs inline on the calling thread when that estimate is at most
+``inline_threshold_ns``, and on a worker thread otherwise. The defaults below were
+measured on the project's reference machine (2 cores, Python 3.11) by
+``eagerrt.calibrate()``; call it to measure your own machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+
+__all__ = ["Config", "config", "sync_mode"]
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected a positive integer") from None
+    if value < 1:
+        raise ValueError(f"{name}={raw!r}: expected a positive integer")
+    return value
+
+
+@dataclass
+class Config:
+    """eagerrt's live settings; change them through :data:`eagerrt.config`.
+
+    >>> import eagerrt as ert
+    >>> with ert.config.override(inline_threshold_ns=0):
+    ...     ert.config.inline_threshold_ns
+    0
+    """
+
+    #: Run every op inline at call time (``EAGERRT_SYNC=1``); results are identical.
+    sync: bool = False
+    #: CPU worker threads (``EAGERRT_NUM_THREADS``); read when the pool starts.
+    num_threads: int = 2
+    #: Ops estimated to take at most this long run inline on the calling thread.
+    #: About twice the measured worker round trip (35-70 us), so a hop never costs
+    #: more than the work it moves off the caller's thread.
+    inline_threshold_ns: float = 100_000.0
+    #: Cost-model constants, in nanoseconds (see ``eagerrt.calibrate``).
+    op_overhead_ns: float = 800.0
+    ns_per_element: float = 1.0
+    ns_per_flop: float = 0.25
+
+    def __post_init__(self) -> None:
+        self._listeners: list[Callable[[], None]] = []
+        self._update_limit()
+
+    def _update_limit(self) -> None:
+        # The one number the fast path compares a cost with (derived, not a
+        # setting): sync mode inlines everything.
+        limit = float("inf") if self.sync else self.inline_threshold_ns
+        object.__setattr__(self, "inline_limit_ns", limit)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        if name in ("sync", "inline_threshold_ns") and "_listeners" in self.__dict__:
+            self._update_limit()
+        elif name in _COST_FIELDS:
+            for listener in self.__dict__.get("_listeners", ()):
+                listener()
+
+    def on_cost_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` whenever a cost-model constant changes."""
+        self._listeners.append(listener)
+
+    def override(self, **changes: object) -> contextlib.AbstractContextManager[Config]:
+        """Temporarily change settings (process-wide) inside a ``with`` block."""
+        return _override(self, changes)
+
+
+@contextlib.contextmanager
+def _override(cfg: Config, changes: dict[str, object]) -> Iterator[Config]:
+    known = {f.name for f in fields(Config) if f.init}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise TypeError(f"unknown eagerrt setting(s) {unknown}; known: {sorted(known)}")
+    saved = {name: getattr(cfg, name) for name in changes}
+    for name, value in changes.items():
+        setattr(cfg, name, value)
+    try:
+        yield cfg
+    finally:
+        for name, value in saved.items():
+            setattr(cfg, name, value)
+
+
+_COST_FIELDS = frozenset({"op_overhead_ns", "ns_per_element", "ns_per_flop"})
+
+config = Config(
+    sync=_env_flag("EAGERRT_SYNC"),
+    num_threads=_env_int("EAGERRT_NUM_THREADS", os.cpu_count() or 2),
+)
+
+
+def sync_mode(enabled: bool = True) -> contextlib.AbstractContextManager[Config]:
+    """Run every op inline at call time inside the block (process-wide).
+
+    For debugging (errors surface at the line that caused them) and for small
+    embedded models where a thread hop would cost more than the work.
+
+    >>> import eagerrt as ert
+    >>> with ert.sync_mode():
+    ...     t = ert.ones((2,)) + 1
+    ...     t.is_ready()
+    True
+    """
+    return config.override(sync=enabled)

@@ -1,0 +1,156 @@
+"""eagerrt's errors, split by whose fault they are.
+
+* Call-time errors (:class:`UsageError` and its subclasses): the user's call was
+  wrong (a shape, a dtype, an argument). Raised synchronously at the call, naming
+  the op, its operands and the user's own line. Each is also a ``ValueError`` or
+  ``TypeError`` so code written for numpy keeps catching them.
+* Run-time errors (:class:`KernelError`): a kernel failed on the data. The failing
+  op's result, and every result depending on it, holds the failure; it is raised on
+  ``await`` / ``numpy()`` / :func:`eagerrt.synchronize`, naming the failing op and
+  the line that created it, with the kernel's own exception chained.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+from typing import NamedTuple
+
+__all__ = [
+    "DTypeError",
+    "DeviceError",
+    "EagerError",
+    "Failure",
+    "KernelError",
+    "OutOfBoundsError",
+    "ShapeError",
+    "SourceLine",
+    "UsageError",
+    "WaitTimeoutError",
+    "take_unobserved",
+    "user_line",
+]
+
+# Every file under the installed package counts as "ours" when looking for the
+# user's line and when trimming tracebacks.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+class EagerError(Exception):
+    """Base class of every error eagerrt raises."""
+
+
+class UsageError(EagerError):
+    """The call was wrong; raised at the call site."""
+
+
+class ShapeError(UsageError, ValueError):
+    """Operand shapes (or an axis, or an index) don't fit the op."""
+
+
+class OutOfBoundsError(ShapeError, IndexError):
+    """An index is out of range for the tensor's shape."""
+
+
+class DTypeError(UsageError, TypeError):
+    """Operand dtypes or argument types don't fit the op."""
+
+
+class DeviceError(UsageError, ValueError):
+    """Operands live on different devices, or a device is unknown."""
+
+
+class KernelError(EagerError, RuntimeError):
+    """A kernel failed at run time; raised when its result is read."""
+
+
+class WaitTimeoutError(EagerError, TimeoutError):
+    """A blocking wait ran out of time before the value was available."""
+
+
+class SourceLine(NamedTuple):
+    """Where in the user's code something happened."""
+
+    filename: str
+    lineno: int
+    function: str
+
+    def __str__(self) -> str:
+        return f'File "{self.filename}", line {self.lineno}, in {self.function}'
+
+
+def user_line(skip: int = 1) -> SourceLine | None:
+    """The innermost calling frame that is not inside eagerrt itself."""
+    frame: types.FrameType | None = sys._getframe(skip)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    code = frame.f_code
+    return SourceLine(code.co_filename, frame.f_lineno, code.co_name)
+
+
+def trim_traceback(exc: BaseException) -> BaseException:
+    """Drop eagerrt's own leading frames from ``exc``'s traceback (keep the last)."""
+    tb = exc.__traceback__
+    while (
+        tb is not None
+        and tb.tb_next is not None
+        and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+    ):
+        tb = tb.tb_next
+    return exc.with_traceback(tb)
+
+
+class Failure:
+    """The error state of a tensor: which op failed, where it was created, why.
+
+    One Failure is shared by the failing op's result and every dependent, so a
+    failure counts as observed (and is not raised again by ``synchronize``) once
+    any of them has been read.
+    """
+
+    __slots__ = ("__weakref__", "cause", "op", "site")
+
+    def __init__(self, op: str, site: SourceLine | None, cause: BaseException) -> None:
+        self.op = op
+        self.site = site
+        self.cause = trim_traceback(cause)
+        with _unobserved_lock:
+            _unobserved[id(self)] = self
+
+    def to_exception(self, reading: str | None = None) -> KernelError:
+        """A fresh KernelError for one read, marking this failure observed."""
+        with _unobserved_lock:
+            _unobserved.pop(id(self), None)
+        where = f"\n  created at {self.site}" if self.site else ""
+        via = f"\n  (read through the result of {reading!r}, which depends on it)" if (
+            reading is not None and reading != self.op
+        ) else ""
+        cause = self.cause
+        err = KernelError(
+            f"op {self.op!r} failed: {type(cause).__name__}: {cause}{where}{via}"
+        )
+        err.__cause__ = cause
+        return err
+
+    def __repr__(self) -> str:
+        return f"<Failure of {self.op!r}: {self.cause!r}>"
+
+
+_unobserved_lock = threading.Lock()
+_unobserved: dict[int, Failure] = {}
+
+
+def take_unobserved() -> list[Failure]:
+    """Remove and return the failures that nobody has read yet, oldest first."""
+    with _unobserved_lock:
+        failures = list(_unobserved.values())
+        _unobserved.clear()
+    return failures
+
+
+def unobserved_count() -> int:
+    return len(_unobserved)

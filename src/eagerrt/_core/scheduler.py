@@ -1,0 +1,173 @@
+"""The host scheduler: where each piece of work runs, and when.
+
+Work whose inputs are ready and whose estimated cost is under
+``config.inline_threshold_ns`` runs inline on the calling thread (the fast sync
+path; callers take it directly without coming here). Everything else comes
+through :func:`schedule`: it is parked on its pending inputs and, on the thread
+that completes the last one, runs inline if cheap or is posted to an executor
+(the device's worker threads) if not. Nothing here needs an event loop, so
+blocking reads from plain sync code never deadlock.
+
+The scheduler knows nothing of ops or devices: a task is a callable that
+completes its own result, plus a cost and an executor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .async_value import AsyncValue, run_when_ready
+from .config import config
+from .errors import EagerError, KernelError, WaitTimeoutError, take_unobserved, unobserved_count
+from .workers import _count_value
+
+__all__ = [
+    "Executor",
+    "Stats",
+    "count_inline",
+    "schedule",
+    "stats",
+    "synchronize",
+]
+
+
+class Executor(Protocol):
+    """Somewhere to run a task off the calling thread (a device's workers)."""
+
+    def submit(self, task: Callable[[], object]) -> None: ...
+
+    def queue_depth(self) -> int: ...
+
+
+_inline_counter = itertools.count()
+_offloaded_counter = itertools.count()
+_parked_counter = itertools.count()
+#: Called once per op run inline; a C-level increment, cheap on the hot path.
+count_inline = _inline_counter.__next__
+
+# Results not yet available, by id: what synchronize() waits for.
+_outstanding: dict[int, AsyncValue] = {}
+_outstanding_lock = threading.Lock()
+_executors: list[Executor] = []
+
+
+def register_executor(executor: Executor) -> None:
+    """Let :func:`stats` report this executor's queue depth."""
+    if executor not in _executors:
+        _executors.append(executor)
+
+
+def schedule(
+    result: AsyncValue,
+    pending_inputs: Sequence[AsyncValue],
+    run: Callable[[], None],
+    cost_ns: float,
+    executor: Executor,
+) -> None:
+    """Run ``run()`` (which completes ``result``) once the inputs are available.
+
+    Inline on the completing thread when cheap or in sync mode, else on
+    ``executor``.
+    """
+    key = id(result)
+    with _outstanding_lock:
+        _outstanding[key] = result
+    if pending_inputs:
+        next(_parked_counter)
+
+    def run_and_forget() -> None:
+        try:
+            run()
+        finally:
+            with _outstanding_lock:
+                _outstanding.pop(key, None)
+
+    def dispatch() -> None:
+        if cost_ns <= config.inline_limit_ns:
+            next(_inline_counter)
+            run_and_forget()
+        else:
+            next(_offloaded_counter)
+            executor.submit(run_and_forget)
+
+    run_when_ready(pending_inputs, dispatch)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of the scheduler's counters (see :func:`eagerrt.stats`)."""
+
+    #: Ops run inline on the thread that called them or completed their inputs.
+    ops_inline: int
+    #: Ops posted to a device's worker threads.
+    ops_offloaded: int
+    #: Ops that had to wait for pending inputs.
+    ops_parked: int
+    #: Tasks queued or running on executors now.
+    queue_depth: int
+    #: Results not yet available now.
+    pending_values: int
+    #: Kernel failures that nobody has read yet (synchronize() raises them).
+    unobserved_errors: int
+
+
+def stats() -> Stats:
+    """Counters since start-up: where ops ran, what is in flight, unread errors.
+
+    >>> import eagerrt as ert
+    >>> before = ert.stats().ops_inline
+    >>> _ = ert.ones((2, 2)) + 1
+    >>> ert.stats().ops_inline > before
+    True
+    """
+    return Stats(
+        ops_inline=_count_value(_inline_counter),
+        ops_offloaded=_count_value(_offloaded_counter),
+        ops_parked=_count_value(_parked_counter),
+        queue_depth=sum(e.queue_depth() for e in _executors),
+        pending_values=len(_outstanding),
+        unobserved_errors=unobserved_count(),
+    )
+
+
+def synchronize(timeout: float | None = None) -> None:
+    """Wait for all outstanding work; raise the errors nobody has read, once each.
+
+    One unread failure is raised as its :class:`KernelError`; several as an
+    ``ExceptionGroup`` of them. Raises :class:`WaitTimeoutError` if the work is
+    not done within ``timeout`` seconds.
+
+    >>> import eagerrt as ert
+    >>> _ = ert.exp(ert.ones((1000, 1000)))
+    >>> ert.synchronize()
+    """
+    import time
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with _outstanding_lock:
+            waiting = [v for v in _outstanding.values() if not v.is_available()]
+        if not waiting:
+            break
+        for value in waiting:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not value.wait(left):
+                raise WaitTimeoutError(
+                    f"synchronize() timed out after {timeout} s with "
+                    f"{len(_outstanding)} op(s) still running"
+                )
+    failures = take_unobserved()
+    if not failures:
+        return
+    errors: list[KernelError] = [f.to_exception() for f in failures]
+    if len(errors) == 1:
+        raise errors[0]
+    raise EagerErrorGroup(f"{len(errors)} eagerrt ops failed and nobody read them", errors)
+
+
+class EagerErrorGroup(EagerError, ExceptionGroup):  # type: ignore[misc]  # noqa: F821
+    """Several unread kernel failures, raised together by ``synchronize()``."""

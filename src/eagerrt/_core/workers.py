@@ -1,0 +1,96 @@
+"""A small pool of daemon worker threads fed by one FIFO queue.
+
+Lighter than ``concurrent.futures``: no Future per task (completion is the
+task's own AsyncValue), a C ``SimpleQueue``, threads started on first use.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+__all__ = ["WorkerPool"]
+
+_log = logging.getLogger("eagerrt")
+_STOP = object()
+
+
+class WorkerPool:
+    """Run zero-argument callables on ``size`` daemon threads, FIFO.
+
+    >>> import threading
+    >>> pool = WorkerPool(2, "doc")
+    >>> done = threading.Event()
+    >>> pool.submit(done.set)
+    >>> done.wait(5)
+    True
+    >>> pool.shutdown()
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        if size < 1:
+            raise ValueError(f"a worker pool needs at least one thread, got {size}")
+        self.size = size
+        self.name = name
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._start_lock = threading.Lock()
+        self._submitted = itertools.count()
+        self._finished = itertools.count()
+
+    def submit(self, task: Callable[[], object]) -> None:
+        if not self._threads:
+            self._start()
+        next(self._submitted)
+        self._queue.put(task)
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._threads:
+                return
+            for i in range(self.size):
+                thread = threading.Thread(
+                    target=self._work, name=f"eagerrt-{self.name}-{i}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+
+    def _work(self) -> None:
+        get = self._queue.get
+        finished = self._finished
+        while True:
+            task = get()
+            if task is _STOP:
+                return
+            try:
+                task()  # type: ignore[operator]
+            except BaseException:  # a task must never kill its worker
+                _log.exception("eagerrt: a task on %s raised", self.name)
+            finally:
+                next(finished)
+
+    def queue_depth(self) -> int:
+        """Tasks submitted but not finished (queued or running)."""
+        return _count_value(self._submitted) - _count_value(self._finished)
+
+    def threads(self) -> list[threading.Thread]:
+        return list(self._threads)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the threads after the tasks already queued; the pool can restart."""
+        with self._start_lock:
+            threads, self._threads = self._threads, []
+            for _ in threads:
+                self._queue.put(_STOP)
+        if wait:
+            for thread in threads:
+                if thread is not threading.current_thread():
+                    thread.join()
+
+
+def _count_value(counter: itertools.count[int]) -> int:
+    """The next value an ``itertools.count`` will return, without advancing it."""
+    return int(repr(counter)[6:-1])

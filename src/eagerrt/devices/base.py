@@ -1,0 +1,48 @@
+"""What a device provides to the runtime.
+
+A device owns where its data lives and how work runs there. The core asks it
+for an executor (worker threads for the CPU, streams for a GPU) and for
+conversions to and from host numpy arrays; ops register kernels per device name.
+Third-party devices subclass :class:`Device` and join through the
+``eagerrt.devices`` entry point group (see :mod:`eagerrt.devices`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._core.scheduler import Executor
+
+__all__ = ["Device"]
+
+
+class Device:
+    """Base class of devices. Subclasses set ``name`` and implement the methods.
+
+    ``generic_kernels`` says whether an op's generic (numpy-API) kernel may run on
+    this device's native arrays when the op has no kernel for it.
+    """
+
+    name: str = "abstract"
+    generic_kernels: bool = False
+
+    @property
+    def executor(self) -> Executor:
+        """Where work too heavy to run inline goes."""
+        raise NotImplementedError
+
+    def from_numpy(self, array: np.ndarray) -> Any:
+        """A host array's data as this device's native array."""
+        raise NotImplementedError
+
+    def to_numpy(self, native: Any) -> np.ndarray:
+        """A native array's data as a host numpy array (may block)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"Device({self.name!r})"
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,52 @@
+"""The CPU device: numpy arrays in host memory, numpy and numba kernels.
+
+Cheap ops run inline on the calling thread; heavy ones on a pool of worker
+threads (``config.num_threads``, one per core by default). numpy's large
+ufunc loops and BLAS calls, and numba kernels compiled with ``nogil=True``,
+release the GIL, so independent heavy ops really run side by side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._core.config import config
+from .._core.scheduler import register_executor
+from .._core.workers import WorkerPool
+from .base import Device
+
+__all__ = ["CPUDevice", "cpu"]
+
+
+class CPUDevice(Device):
+    """Host memory; numpy arrays as native arrays.
+
+    >>> import eagerrt as ert
+    >>> ert.ones((2,)).device
+    Device('cpu')
+    """
+
+    name = "cpu"
+    generic_kernels = True
+
+    def __init__(self) -> None:
+        self._pool: WorkerPool | None = None
+
+    @property
+    def executor(self) -> WorkerPool:
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = WorkerPool(config.num_threads, "cpu")
+            register_executor(pool)
+        return pool
+
+    def from_numpy(self, array: np.ndarray) -> np.ndarray:
+        return array
+
+    def to_numpy(self, native: Any) -> np.ndarray:
+        return np.asarray(native)
+
+
+cpu = CPUDevice()

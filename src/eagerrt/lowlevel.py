@@ -1,0 +1,34 @@
+"""The low-level primitives under eagerrt, for runtime and device authors.
+
+>>> from eagerrt.lowlevel import AsyncValue, run_when_ready
+>>> a = AsyncValue()
+>>> out = []
+>>> run_when_ready([a], lambda: out.append(a.value * 2))
+>>> a.set_value(21); out
+[42]
+"""
+
+from __future__ import annotations
+
+from ._core.async_value import (
+    MAX_INLINE_DEPTH,
+    AsyncValue,
+    AsyncValueStateError,
+    IndirectAsyncValue,
+    run_when_ready,
+)
+from ._core.bridge import wait_async
+from ._core.scheduler import Executor, schedule
+from ._core.workers import WorkerPool
+
+__all__ = [
+    "MAX_INLINE_DEPTH",
+    "AsyncValue",
+    "AsyncValueStateError",
+    "Executor",
+    "IndirectAsyncValue",
+    "WorkerPool",
+    "run_when_ready",
+    "schedule",
+    "wait_async",
+]

@@ -1,0 +1,128 @@
+"""Shared pieces of shape and dtype rules, cached because they run at every call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._core.errors import DTypeError, ShapeError
+from ..tensor import Tensor
+
+__all__ = [
+    "broadcast_shapes",
+    "dtype_key",
+    "normalize_axes",
+    "normalize_axis",
+    "shape_tuple",
+    "to_dtype",
+    "ufunc_dtype",
+]
+
+_MAX_CACHE = 4096
+_broadcast_cache: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}
+_ufunc_cache: dict[tuple[Any, ...], np.dtype[Any]] = {}
+
+_WEAK = {bool: np.dtype(bool), int: int, float: float, complex: complex}
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcasting of shapes, or a ShapeError naming the clash."""
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return first
+    out = _broadcast_cache.get(shapes)
+    if out is not None:
+        return out
+    ndim = max(len(s) for s in shapes)
+    dims = []
+    for i in range(-ndim, 0):
+        size = 1
+        for s in shapes:
+            if len(s) >= -i:
+                d = s[i]
+                if d != 1:
+                    if size not in (1, d):
+                        raise ShapeError(
+                            f"shapes {' and '.join(map(str, shapes))} do not broadcast "
+                            f"(dimension {i}: {size} vs {d})"
+                        )
+                    size = d
+        dims.append(size)
+    out = tuple(dims)
+    if len(_broadcast_cache) > _MAX_CACHE:
+        _broadcast_cache.clear()
+    _broadcast_cache[shapes] = out
+    return out
+
+
+def dtype_key(arg: Any) -> Any:
+    """What decides ``arg``'s part in type promotion: a dtype, or a weak scalar type."""
+    if type(arg) is Tensor:
+        return arg.dtype
+    weak = _WEAK.get(type(arg))
+    if weak is not None:
+        return weak
+    dtype = getattr(arg, "dtype", None)  # numpy arrays inside kernels
+    return type(arg) if dtype is None else dtype
+
+
+def ufunc_dtype(ufunc: np.ufunc, *args: Any) -> np.dtype[Any]:
+    """The dtype numpy gives ``ufunc(*args)``: Python scalars stay weak (NEP 50)."""
+    key = (ufunc, *map(dtype_key, args))
+    out = _ufunc_cache.get(key)
+    if out is None:
+        try:
+            out = ufunc.resolve_dtypes((*key[1:], *(None,) * ufunc.nout))[-1]
+        except TypeError as exc:  # numpy's no-loop error is a TypeError
+            names = ", ".join(str(k if isinstance(k, np.dtype) else k.__name__) for k in key[1:])
+            raise DTypeError(f"{ufunc.__name__} is not defined for ({names}): {exc}") from None
+        if len(_ufunc_cache) > _MAX_CACHE:
+            _ufunc_cache.clear()
+        _ufunc_cache[key] = out
+    return out
+
+
+def to_dtype(dtype: Any) -> np.dtype[Any]:
+    """``dtype`` as a numpy dtype, or a DTypeError."""
+    if isinstance(dtype, np.dtype):
+        return dtype
+    try:
+        return np.dtype(dtype)
+    except TypeError as exc:
+        raise DTypeError(f"{dtype!r} is not a dtype ({exc})") from None
+
+
+def normalize_axis(axis: Any, ndim: int) -> int:
+    """A possibly negative axis as a non-negative one, or a ShapeError."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise DTypeError(f"an axis must be an int, got {type(axis).__name__}")
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"axis {axis} is out of range for a {ndim}-d tensor")
+    return int(axis) + ndim if axis < 0 else int(axis)
+
+
+def normalize_axes(axis: int | Iterable[int] | None, ndim: int) -> tuple[int, ...]:
+    """``axis`` (None, an int or a sequence) as sorted unique non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool):
+        return (normalize_axis(axis, ndim),)
+    axes = tuple(normalize_axis(a, ndim) for a in axis)  # type: ignore[union-attr]
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"repeated axis in {tuple(axis)}")  # type: ignore[arg-type]
+    return tuple(sorted(axes))
+
+
+def shape_tuple(shape: int | Sequence[int], what: str = "shape") -> tuple[int, ...]:
+    """A user's shape argument as a tuple of non-negative ints."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (int(shape),)
+    try:
+        out = tuple(int(d) for d in shape)  # type: ignore[union-attr]
+    except TypeError:
+        raise DTypeError(f"{what} must be an int or a sequence of ints, got {shape!r}") from None
+    if any(d < 0 for d in out):
+        raise ShapeError(f"{what} {out} has a negative dimension")
+    return out

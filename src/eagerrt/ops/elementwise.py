@@ -1,0 +1,236 @@
+"""Elementwise ops: numpy's ufuncs, activations, ``where`` and ``clip``.
+
+Most are defined from one table of ``{name: ufunc}``; their dtype rule asks the
+ufunc itself (``resolve_dtypes``), so results match numpy's promotion exactly,
+with Python scalars kept weak as in NEP 50.
+
+>>> import eagerrt as ert
+>>> (ert.asarray([1, 2, 3], dtype="int8") * 2).dtype
+dtype('int8')
+>>> ert.relu(ert.asarray([-1.0, 2.0])).numpy()
+array([0., 2.])
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._core.config import config
+from .._core.errors import DTypeError
+from ..tensor import Tensor
+from ._rules import broadcast_shapes, dtype_key, ufunc_dtype
+from .registry import GENERIC, Op, define_op
+
+__all__ = [
+    "BINARY_UFUNCS",
+    "UNARY_UFUNCS",
+    "clip",
+    "gelu",
+    "relu",
+    "round",
+    "sigmoid",
+    "where",
+]
+
+
+def scaled_cost(factor: float) -> Any:
+    """An elementwise cost whose per-element work is ``factor`` times a plain add."""
+
+    def cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **static: Any) -> float:
+        return config.op_overhead_ns + math.prod(shape) * config.ns_per_element * factor
+
+    return cost
+
+
+def _shape_of(arg: Any) -> tuple[int, ...]:
+    return arg.shape if type(arg) is Tensor else ()
+
+
+def _ufunc_op(name: str, ufunc: np.ufunc, factor: float) -> Op:
+    if ufunc.nin == 1:
+
+        def rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+            return _shape_of(x), ufunc_dtype(ufunc, x)
+
+    else:
+
+        def rule(x: Any, y: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:  # type: ignore[misc]
+            return broadcast_shapes(_shape_of(x), _shape_of(y)), ufunc_dtype(ufunc, x, y)
+
+    op = define_op(
+        name,
+        rule,
+        cost=scaled_cost(factor),
+        doc=f"Elementwise ``numpy.{ufunc.__name__}``, asynchronously.",
+    )
+    op.register_kernel(GENERIC, ufunc)
+    return op
+
+
+# name -> (ufunc, cost relative to an add); transcendental functions cost more.
+UNARY_UFUNCS: dict[str, tuple[np.ufunc, float]] = {
+    "abs": (np.absolute, 1),
+    "negative": (np.negative, 1),
+    "positive": (np.positive, 1),
+    "exp": (np.exp, 4),
+    "log": (np.log, 4),
+    "sqrt": (np.sqrt, 2),
+    "sin": (np.sin, 8),
+    "cos": (np.cos, 8),
+    "tanh": (np.tanh, 8),
+    "floor": (np.floor, 1),
+    "ceil": (np.ceil, 1),
+    "sign": (np.sign, 1),
+    "square": (np.square, 1),
+    "logical_not": (np.logical_not, 1),
+}
+BINARY_UFUNCS: dict[str, tuple[np.ufunc, float]] = {
+    "add": (np.add, 1),
+    "subtract": (np.subtract, 1),
+    "multiply": (np.multiply, 1),
+    "divide": (np.divide, 2),
+    "floor_divide": (np.floor_divide, 4),
+    "remainder": (np.remainder, 4),
+    "power": (np.power, 8),
+    "maximum": (np.maximum, 1),
+    "minimum": (np.minimum, 1),
+    "equal": (np.equal, 1),
+    "not_equal": (np.not_equal, 1),
+    "less": (np.less, 1),
+    "less_equal": (np.less_equal, 1),
+    "greater": (np.greater, 1),
+    "greater_equal": (np.greater_equal, 1),
+    "logical_and": (np.logical_and, 1),
+    "logical_or": (np.logical_or, 1),
+    "logical_xor": (np.logical_xor, 1),
+}
+
+UFUNC_OPS: dict[str, Op] = {
+    name: _ufunc_op(name, ufunc, factor)
+    for name, (ufunc, factor) in {**UNARY_UFUNCS, **BINARY_UFUNCS}.items()
+}
+
+
+# -- activations ---------------------------------------------------------------
+def _float_rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """Shape kept; dtype as numpy's exp would give (ints become floats)."""
+    return _shape_of(x), ufunc_dtype(np.exp, x)
+
+
+sigmoid = define_op(
+    "sigmoid",
+    _float_rule,
+    cost=scaled_cost(8),
+    doc="Logistic sigmoid ``1 / (1 + exp(-x))``, computed stably as ``(1 + tanh(x/2)) / 2``.",
+)
+
+
+@sigmoid.kernel()
+def _sigmoid(x: Any) -> Any:
+    x = np.asarray(x, dtype=ufunc_dtype(np.exp, x))
+    out = np.tanh(x * 0.5)
+    out += 1
+    out *= 0.5
+    return out
+
+
+relu = define_op(
+    "relu",
+    lambda x: (_shape_of(x), ufunc_dtype(np.maximum, x, 0)),
+    doc="Rectified linear unit ``maximum(x, 0)``.",
+)
+relu.register_kernel(GENERIC, lambda x: np.maximum(x, 0))
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_rule(x: Any, approximate: str = "none") -> tuple[tuple[int, ...], np.dtype[Any]]:
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _float_rule(x)
+
+
+gelu = define_op(
+    "gelu",
+    _gelu_rule,
+    cost=scaled_cost(12),
+    doc="GELU ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula.",
+)
+
+
+@gelu.kernel()
+def _gelu(x: Any, approximate: str = "none") -> Any:
+    x = np.asarray(x, dtype=ufunc_dtype(np.exp, x))
+    if approximate == "tanh":
+        inner = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))
+        return 0.5 * x * (1 + inner)
+    from ._numba_kernels import gelu_erf
+
+    return gelu_erf(x)
+
+
+# -- selection -------------------------------------------------------------------
+def _meta_dtype(fn: Any, *args: Any) -> np.dtype[Any]:
+    """The dtype numpy's ``fn`` gives for these operands, from empty stand-ins."""
+    key = (fn, *map(dtype_key, args))
+    out = _meta_cache.get(key)
+    if out is None:
+        stand_ins = [
+            np.empty((0,), a.dtype) if type(a) is Tensor else (None if a is None else type(a)(0))
+            for a in args
+        ]
+        try:
+            out = np.asarray(fn(*stand_ins)).dtype
+        except TypeError as exc:
+            raise DTypeError(str(exc)) from None
+        _meta_cache[key] = out
+    return out
+
+
+_meta_cache: dict[tuple[Any, ...], np.dtype[Any]] = {}
+
+where = define_op(
+    "where",
+    lambda cond, x, y: (
+        broadcast_shapes(_shape_of(cond), _shape_of(x), _shape_of(y)),
+        _meta_dtype(np.where, True, x, y),
+    ),
+    doc="Elements of ``x`` where ``cond`` is true, else of ``y`` (broadcast).",
+)
+where.register_kernel(GENERIC, np.where)
+
+
+def _clip_rule(x: Any, lo: Any = None, hi: Any = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    if lo is None and hi is None:
+        raise ValueError("clip needs at least one of min and max")
+    shape = broadcast_shapes(*(_shape_of(a) for a in (x, lo, hi) if a is not None))
+    return shape, _meta_dtype(np.clip, x, lo, hi)
+
+
+_clip_op = define_op("clip", _clip_rule, doc="Limit values to ``[min, max]``.")
+_clip_op.register_kernel(GENERIC, np.clip)
+
+
+def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
+    """Limit values to ``[min, max]`` (either bound may be None), as ``numpy.clip``.
+
+    >>> import eagerrt as ert
+    >>> ert.clip(ert.asarray([-2.0, 0.5, 3.0]), 0.0, 1.0).numpy()
+    array([0. , 0.5, 1. ])
+    """
+    return _clip_op(x, min, max)
+
+
+def _round_rule(x: Any, decimals: int = 0) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    if not isinstance(decimals, int):
+        raise TypeError(f"decimals must be an int, got {type(decimals).__name__}")
+    return _shape_of(x), x.dtype
+
+
+round = define_op(  # noqa: A001 - the array-API name
+    "round", _round_rule, doc="Round half to even to ``decimals`` places, as ``numpy.round``."
+)
+round.register_kernel(GENERIC, lambda x, decimals=0: np.round(x, decimals))

@@ -1,0 +1,108 @@
+"""Seeded random tensors, reproducible whatever thread fills them.
+
+Each call takes its seed at call time (from ``seed=`` or from the module's
+generator, which :func:`seed` resets), so results depend only on the program's
+order of calls, never on which worker ran first.
+
+>>> import eagerrt as ert
+>>> a = ert.random.uniform((2, 2), seed=0).numpy()
+>>> b = ert.random.uniform((2, 2), seed=0).numpy()
+>>> bool((a == b).all())
+True
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._core.config import config
+from .._core.errors import DTypeError
+from ..devices.base import Device
+from ..tensor import Tensor
+from ._rules import shape_tuple, to_dtype
+from .registry import GENERIC, define_op
+
+__all__ = ["normal", "seed", "uniform"]
+
+_seed_lock = threading.Lock()
+_seeds = np.random.default_rng()
+
+
+def seed(value: int) -> None:
+    """Reset the generator that draws a seed for calls made without ``seed=``."""
+    global _seeds
+    with _seed_lock:
+        _seeds = np.random.default_rng(value)
+
+
+def _next_seed(explicit: int | None) -> int:
+    if explicit is not None:
+        return int(explicit)
+    with _seed_lock:
+        return int(_seeds.integers(2**63))
+
+
+def _random_rule(
+    *, shape: Any, dtype: Any, seed: int, a: float, b: float, dist: str
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    dt = to_dtype(dtype)
+    if dt not in (np.float32, np.float64):
+        raise DTypeError(f"random {dist} supports float32 and float64, not {dt}")
+    return shape_tuple(shape), dt
+
+
+def _random_cost(out_shape: tuple[int, ...], out_dtype: Any, /, **_: Any) -> float:
+    return config.op_overhead_ns + 4 * math.prod(out_shape) * config.ns_per_element
+
+
+_random = define_op("random", _random_rule, cost=_random_cost, doc="Seeded random samples.")
+
+
+@_random.kernel(GENERIC)
+def _random_kernel(*, shape: Any, dtype: Any, seed: int, a: float, b: float, dist: str) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dist == "uniform":
+        out = rng.random(shape, dtype=dt)
+        out *= b - a
+        out += a
+    else:
+        out = rng.standard_normal(shape, dtype=dt)
+        out *= b
+        out += a
+    return out
+
+
+def uniform(
+    shape: int | Sequence[int],
+    low: float = 0.0,
+    high: float = 1.0,
+    *,
+    dtype: Any = "float64",
+    seed: int | None = None,
+    device: str | Device | None = None,
+) -> Tensor:
+    """Samples from ``[low, high)``, reproducible for a given ``seed``."""
+    return _random(
+        shape=shape, dtype=dtype, seed=_next_seed(seed), a=low, b=high, dist="uniform", device=device
+    )
+
+
+def normal(
+    shape: int | Sequence[int],
+    mean: float = 0.0,
+    std: float = 1.0,
+    *,
+    dtype: Any = "float64",
+    seed: int | None = None,
+    device: str | Device | None = None,
+) -> Tensor:
+    """Samples from a normal distribution, reproducible for a given ``seed``."""
+    return _random(
+        shape=shape, dtype=dtype, seed=_next_seed(seed), a=mean, b=std, dist="normal", device=device
+    )

@@ -1,0 +1,426 @@
+"""The op registry: every op, built-in or user-defined, is one :class:`Op`.
+
+An op is a name plus tables of rules, after JAX's primitives:
+
+* a **shape rule** ``rule(*args, **static) -> (shape, dtype)`` run synchronously
+  at the call, so metadata is known at once and bad calls fail at the user's line;
+* a **cost** ``cost(shape, dtype, *args, **static) -> nanoseconds`` that the
+  scheduler compares with ``config.inline_threshold_ns``;
+* **kernels** by device name, where a device's own kernel overrides the generic
+  (numpy-API) one.
+
+Positional arguments are tensors (anything array-like is converted) or Python
+scalars (kept as weak scalars, as numpy does); keyword arguments are static
+parameters passed to the rule, the cost and the kernel alike.
+
+>>> import numpy as np, eagerrt as ert
+>>> square = ert.define_op("doc_square", rule=lambda x: (x.shape, x.dtype))
+>>> @square.kernel("cpu")
+... def _square_cpu(x):
+...     return x * x
+>>> square(ert.asarray([1.0, 2.0, 3.0])).numpy()
+array([1., 4., 9.])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._core.async_value import ERROR, PENDING, READY
+from .._core.config import config
+from .._core.errors import (
+    DeviceError,
+    DTypeError,
+    Failure,
+    OutOfBoundsError,
+    ShapeError,
+    UsageError,
+    user_line,
+)
+from .._core.scheduler import count_inline, schedule
+from ..devices import get_device
+from ..devices.base import Device
+from ..tensor import Tensor
+
+__all__ = [
+    "GENERIC",
+    "Op",
+    "define_op",
+    "elementwise_cost",
+    "get_op",
+    "launch",
+    "registered_ops",
+]
+
+#: The device name under which an op's generic (numpy-API) kernel is registered.
+GENERIC = "generic"
+
+Rule = Callable[..., tuple[tuple[int, ...], np.dtype[Any]]]
+Cost = Callable[..., float]
+Kernel = Callable[..., Any]
+
+_SCALAR_TYPES = (bool, int, float, complex)
+_registry: dict[str, Op] = {}
+_all_ops: list[Op] = []  # including unregistered ones, for forget_all_calls
+_new = object.__new__
+
+
+def _forget_all_calls() -> None:
+    for op in _all_ops:
+        op.forget_calls()
+
+
+config.on_cost_change(_forget_all_calls)
+
+
+def elementwise_cost(
+    shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **static: Any
+) -> float:
+    """Default cost: a fixed call overhead plus a constant per output element."""
+    return config.op_overhead_ns + math.prod(shape) * config.ns_per_element
+
+
+class Op:
+    """One op: a name, a shape rule, a cost, and kernels by device.
+
+    Call it like a function; it returns a :class:`~eagerrt.Tensor` at once.
+    """
+
+    __slots__ = (
+        "__dict__",
+        "_by_device",
+        "_last1",
+        "_last2",
+        "call1",
+        "call2",
+        "cost",
+        "kernels",
+        "name",
+        "rule",
+    )
+
+    def __init__(self, name: str, rule: Rule, *, cost: Cost | None = None, doc: str | None = None):
+        self.name = name
+        self.rule = rule
+        self.cost: Cost = cost or elementwise_cost
+        self.kernels: dict[str, Kernel] = {}
+        self._by_device: dict[Device, Kernel] = {}
+        self._last1: tuple[Any, ...] | None = None
+        self._last2: tuple[Any, ...] | None = None
+        #: ``self(x)`` and ``self(x, y)`` as plain functions with the fast path:
+        #: what Tensor's operators call.
+        self.call1 = _fast_unary(self)
+        self.call2 = _fast_binary(self)
+        self.__doc__ = doc
+        _all_ops.append(self)
+
+    def kernel(self, device: str = GENERIC) -> Callable[[Kernel], Kernel]:
+        """Decorator registering ``fn`` as this op's kernel for ``device``."""
+
+        def register(fn: Kernel) -> Kernel:
+            self.register_kernel(device, fn)
+            return fn
+
+        return register
+
+    def register_kernel(self, device: str, fn: Kernel) -> None:
+        """Make ``fn(*arrays, **static)`` this op's kernel on ``device``."""
+        self.kernels[device] = fn
+        self._by_device.clear()
+        self.forget_calls()
+
+    def forget_calls(self) -> None:
+        """Drop the fast path's memory of the last call (kernels or costs changed)."""
+        self._last1 = self._last2 = None
+
+    def _kernel_for(self, device: Device) -> Kernel:
+        kernel = self.kernels.get(device.name)
+        if kernel is None and device.generic_kernels:
+            kernel = self.kernels.get(GENERIC)
+        if kernel is None:
+            raise DeviceError(
+                f"op {self.name!r} has no kernel for device {device.name!r} "
+                f"(it has: {sorted(self.kernels) or 'none'})"
+            )
+        self._by_device[device] = kernel
+        return kernel
+
+    def __repr__(self) -> str:
+        return f"<eagerrt op {self.name!r}>"
+
+    def __call__(self, *args: Any, device: str | Device | None = None, **static: Any) -> Tensor:
+        if not static and device is None:
+            if len(args) == 2:
+                return self.call2(args[0], args[1])
+            if len(args) == 1:
+                return self.call1(args[0])
+        return self._call(args, device, static)
+
+    def _failed(
+        self, exc: Exception, shape: tuple[int, ...], dtype: np.dtype[Any], dev: Device
+    ) -> Tensor:
+        return Tensor._failed(Failure(self.name, user_line(), exc), shape, dtype, dev, self.name)
+
+    def _call(self, args: tuple[Any, ...], device: Any, static: dict[str, Any]) -> Tensor:
+        """The general path: conversions, the rule, then inline, park or offload."""
+        dev = None
+        for a in args:
+            if type(a) is Tensor:
+                if dev is None:
+                    dev = a.device
+                elif a.device is not dev:
+                    dev = _common_device(self.name, args)
+                    break
+            elif not isinstance(a, _SCALAR_TYPES):
+                return self._call(_convert_args(self.name, args), device, static)
+        if dev is None:
+            dev = get_device(device)
+        elif device is not None and get_device(device) is not dev:
+            raise DeviceError(
+                f"{self.name}: operands are on {dev.name} but device={device!r} was asked for; "
+                "move them first with t.to(device)"
+            )
+        try:
+            shape, dtype = self.rule(*args, **static)
+        except UsageError as exc:
+            raise _at_call(type(exc), self.name, args, static, str(exc)) from None
+        except IndexError as exc:
+            raise _at_call(OutOfBoundsError, self.name, args, static, str(exc)) from None
+        except ValueError as exc:
+            raise _at_call(ShapeError, self.name, args, static, str(exc)) from None
+        except TypeError as exc:
+            raise _at_call(DTypeError, self.name, args, static, str(exc)) from None
+        kernel = self._by_device.get(dev) or self._kernel_for(dev)
+
+        ready = True
+        for a in args:
+            if type(a) is Tensor and a._state != READY:
+                if a._state == ERROR:
+                    return Tensor._failed(a._value, shape, dtype, dev, self.name)
+                ready = False
+        if config.sync and not ready:
+            for a in args:
+                if type(a) is Tensor:
+                    a.wait()
+            return self._call(args, device, static)
+        cost = self.cost(shape, dtype, *args, **static)
+        if not static and device is None and all(type(a) is Tensor for a in args):
+            if len(args) == 2:
+                a, b = args
+                self._last2 = (a.shape, b.shape, a.dtype, b.dtype, dev, shape, dtype, cost, kernel)
+            elif len(args) == 1:
+                a = args[0]
+                self._last1 = (a.shape, a.dtype, dev, shape, dtype, cost, kernel)
+        if ready and cost <= config.inline_limit_ns:
+            count_inline()
+            try:
+                value = kernel(*[a._value if type(a) is Tensor else a for a in args], **static)
+            except Exception as exc:  # the failure belongs to the result, not the call
+                return self._failed(exc, shape, dtype, dev)
+            return Tensor._ready(value, shape, dtype, dev, self.name)
+        return self._launch(kernel, args, static, shape, dtype, dev, cost)
+
+    def _launch(
+        self,
+        kernel: Kernel,
+        args: tuple[Any, ...],
+        static: dict[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        dev: Device,
+        cost: float,
+    ) -> Tensor:
+        """The slow path: park on pending inputs and/or run on the device's workers."""
+        compute = (lambda *values: kernel(*values, **static)) if static else kernel
+        return launch(self.name, compute, args, shape, dtype, dev, cost, dev.executor)
+
+
+def launch(
+    name: str,
+    compute: Callable[..., Any],
+    args: tuple[Any, ...],
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    device: Device,
+    cost_ns: float,
+    executor: Any,
+) -> Tensor:
+    """A pending tensor that ``compute(*values)`` fills once ``args`` are ready.
+
+    An input's failure passes to the result unchanged; ``compute`` raising makes
+    a new failure naming ``name`` and the user's line calling now.
+    """
+    site = user_line()
+    result = Tensor._pending(shape, dtype, device, name, site)
+    pending = [a for a in args if type(a) is Tensor and a._state == PENDING]
+
+    def run() -> None:
+        for a in args:
+            if type(a) is Tensor and a._state == ERROR:
+                result._complete(ERROR, a._value)
+                return
+        try:
+            value = compute(*[a._value if type(a) is Tensor else a for a in args])
+        except Exception as exc:
+            result._complete(ERROR, Failure(name, site, exc))
+            return
+        result._complete(READY, value)
+
+    schedule(result, pending, run, cost_ns, executor)
+    return result
+
+
+# The fast sync path, after TFRT's: one or two ready tensors with the same
+# shapes, dtypes and device as the op's previous call reuse that call's rule,
+# cost and kernel lookup (a monomorphic inline cache) and run the kernel right
+# here. Everything else, and every miss, takes Op._call. Closures rather than
+# methods: Python calls a function found on a type (Tensor.__add__) with no
+# bound-method or __call__ indirection.
+def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
+    name = op.name
+
+    def call2(a: Any, b: Any) -> Tensor:
+        hit = op._last2
+        if (
+            hit is not None
+            and type(a) is Tensor
+            and type(b) is Tensor
+            and a._state == READY
+            and b._state == READY
+        ):
+            sa, sb, da, db, dev, shape, dtype, cost, kernel = hit
+            if (
+                a.dtype is da
+                and b.dtype is db
+                and a.shape == sa
+                and b.shape == sb
+                and a.device is dev
+                and b.device is dev
+                and cost <= config.inline_limit_ns
+            ):
+                count_inline()
+                try:
+                    value = kernel(a._value, b._value)
+                except Exception as exc:  # the failure belongs to the result
+                    return op._failed(exc, shape, dtype, dev)
+                # Tensor._ready, written out: this is the hottest line.
+                t = _new(Tensor)
+                t._state = READY
+                t._value = value
+                t.shape = shape
+                t.dtype = dtype
+                t.device = dev
+                t._op = name
+                return t
+        return op._call((a, b), None, {})
+
+    call2.__name__ = call2.__qualname__ = name
+    return call2
+
+
+def _fast_unary(op: Op) -> Callable[[Any], Tensor]:
+    name = op.name
+
+    def call1(a: Any) -> Tensor:
+        hit = op._last1
+        if hit is not None and type(a) is Tensor and a._state == READY:
+            sa, da, dev, shape, dtype, cost, kernel = hit
+            if a.dtype is da and a.shape == sa and a.device is dev and cost <= config.inline_limit_ns:
+                count_inline()
+                try:
+                    value = kernel(a._value)
+                except Exception as exc:
+                    return op._failed(exc, shape, dtype, dev)
+                t = _new(Tensor)
+                t._state = READY
+                t._value = value
+                t.shape = shape
+                t.dtype = dtype
+                t.device = dev
+                t._op = name
+                return t
+        return op._call((a,), None, {})
+
+    call1.__name__ = call1.__qualname__ = name
+    return call1
+
+
+def _describe(arg: Any) -> str:
+    if type(arg) is Tensor:
+        return f"{arg.dtype}[{', '.join(map(str, arg.shape))}]"
+    return repr(arg)
+
+
+def _at_call(
+    kind: type[UsageError], op: str, args: tuple[Any, ...], static: dict[str, Any], why: str
+) -> UsageError:
+    operands = [_describe(a) for a in args] + [f"{k}={v!r}" for k, v in static.items()]
+    site = user_line()
+    where = f"\n  at {site}" if site else ""
+    return kind(f"{op}({', '.join(operands)}): {why}{where}")
+
+
+def _common_device(op: str, args: tuple[Any, ...]) -> Device:
+    devices = {a.device for a in args if type(a) is Tensor}
+    raise DeviceError(
+        f"{op}: operands are on different devices ({', '.join(sorted(d.name for d in devices))}); "
+        "move them to one device first with t.to(device)"
+    )
+
+
+def _convert_args(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    from .creation import asarray
+
+    out = []
+    for a in args:
+        if type(a) is Tensor or isinstance(a, _SCALAR_TYPES):
+            out.append(a)
+        elif isinstance(a, Tensor):
+            out.append(a)
+        else:
+            try:
+                out.append(asarray(a))
+            except UsageError as exc:
+                raise DTypeError(f"{op}: cannot use {type(a).__name__} as an operand ({exc})") from None
+    return tuple(out)
+
+
+def define_op(name: str, rule: Rule, *, cost: Cost | None = None, doc: str | None = None) -> Op:
+    """Create and register an op; add kernels with ``op.kernel(device)``.
+
+    ``rule(*args, **static)`` returns the result's ``(shape, dtype)`` or raises
+    (a ``ValueError`` becomes a :class:`ShapeError`, a ``TypeError`` a
+    :class:`DTypeError`, both naming the call). ``cost(shape, dtype, *args,
+    **static)`` estimates the kernel's nanoseconds (default:
+    :func:`elementwise_cost`).
+    """
+    if name in _registry:
+        raise UsageError(f"an op named {name!r} is already registered")
+    op = Op(name, rule, cost=cost, doc=doc)
+    _registry[name] = op
+    return op
+
+
+def get_op(name: str) -> Op:
+    """The registered op called ``name``."""
+    try:
+        return _registry[name]
+    except KeyError:
+        raise UsageError(f"no op named {name!r}") from None
+
+
+def registered_ops() -> dict[str, Op]:
+    """A snapshot of every registered op, by name."""
+    return dict(_registry)
+
+
+def check_axis(axis: int, ndim: int) -> int:
+    """Normalise a possibly negative axis, or raise a ShapeError."""
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"axis {axis} is out of range for a {ndim}-d tensor")
+    return axis + ndim if axis < 0 else axis
+

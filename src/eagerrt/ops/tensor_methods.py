@@ -1,0 +1,126 @@
+"""Operators and methods of :class:`~eagerrt.Tensor`, bound to the ops.
+
+Installed here rather than in ``tensor.py`` because ops produce tensors and
+tensors call ops.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..devices import get_device
+from ..devices.base import Device
+from ..tensor import Tensor
+from . import reduction
+from .elementwise import UFUNC_OPS
+from .linalg import matmul
+from .manipulation import astype, getitem, reshape, transpose
+from .registry import Op, elementwise_cost, launch
+
+__all__: list[str] = []
+
+
+def _reflected(op: Op) -> Any:
+    call2 = op.call2
+
+    def method(self: Tensor, other: Any) -> Tensor:
+        return call2(other, self)
+
+    method.__name__ = f"__r{op.name}__"
+    return method
+
+
+def _comparison(op: Op) -> Any:
+    def method(self: Tensor, other: Any) -> Any:
+        if other is None or isinstance(other, str):
+            return NotImplemented  # `t == None` falls back to identity, as for objects
+        return op.call2(self, other)
+
+    return method
+
+
+_BINARY = {
+    "add": "add",
+    "sub": "subtract",
+    "mul": "multiply",
+    "truediv": "divide",
+    "floordiv": "floor_divide",
+    "mod": "remainder",
+    "pow": "power",
+}
+for _dunder, _name in _BINARY.items():
+    setattr(Tensor, f"__{_dunder}__", UFUNC_OPS[_name].call2)
+    setattr(Tensor, f"__r{_dunder}__", _reflected(UFUNC_OPS[_name]))
+Tensor.__matmul__ = matmul.call2  # type: ignore[attr-defined]
+Tensor.__rmatmul__ = _reflected(matmul)  # type: ignore[attr-defined]
+for _dunder, _name in {
+    "eq": "equal",
+    "ne": "not_equal",
+    "lt": "less",
+    "le": "less_equal",
+    "gt": "greater",
+    "ge": "greater_equal",
+}.items():
+    setattr(Tensor, f"__{_dunder}__", _comparison(UFUNC_OPS[_name]))
+Tensor.__neg__ = UFUNC_OPS["negative"].call1  # type: ignore[attr-defined]
+Tensor.__pos__ = UFUNC_OPS["positive"].call1  # type: ignore[attr-defined]
+Tensor.__abs__ = UFUNC_OPS["abs"].call1  # type: ignore[attr-defined]
+
+
+def _getitem(self: Tensor, index: Any) -> Tensor:
+    return getitem(self, index=index)
+
+
+def _reshape(self: Tensor, *shape: Any) -> Tensor:
+    """``t.reshape(2, 3)`` or ``t.reshape((2, 3))``."""
+    return reshape(self, shape=shape[0] if len(shape) == 1 else shape)
+
+
+def _transpose(self: Tensor, *axes: Any) -> Tensor:
+    """``t.transpose()``, ``t.transpose(1, 0)`` or ``t.transpose((1, 0))``."""
+    if not axes:
+        return transpose(self)
+    return transpose(self, axes=tuple(axes[0]) if len(axes) == 1 else axes)
+
+
+def _astype(self: Tensor, dtype: Any, copy: bool = True) -> Tensor:
+    return astype(self, dtype, copy=copy)
+
+
+def _to(self: Tensor, device: str | Device) -> Tensor:
+    """This tensor on ``device`` (itself if it is already there)."""
+    target = get_device(device)
+    source = self.device
+    if target is source:
+        return self
+    return launch(
+        "to",
+        lambda value: target.from_numpy(source.to_numpy(value)),
+        (self,),
+        self.shape,
+        self.dtype,
+        target,
+        elementwise_cost(self.shape, self.dtype),
+        source.executor,
+    )
+
+
+Tensor.__getitem__ = _getitem  # type: ignore[attr-defined]
+Tensor.reshape = _reshape  # type: ignore[attr-defined]
+Tensor.transpose = _transpose  # type: ignore[attr-defined]
+Tensor.T = property(lambda self: transpose(self))  # type: ignore[attr-defined]
+Tensor.astype = _astype  # type: ignore[attr-defined]
+Tensor.to = _to  # type: ignore[attr-defined]
+
+
+def _reduction_method(op: Op) -> Any:
+    def method(self: Tensor, axis: Any = None, keepdims: bool = False, **params: Any) -> Tensor:
+        return op(self, axis=axis, keepdims=keepdims, **params)
+
+    method.__name__ = op.name
+    method.__doc__ = f"``{op.name}`` over ``axis`` (see ``eagerrt.{op.name}``)."
+    return method
+
+
+for _name in ("sum", "mean", "prod", "max", "min", "var", "std", "argmax", "argmin"):
+    setattr(Tensor, _name, _reduction_method(getattr(reduction, _name)))

@@ -1,0 +1,261 @@
+"""Tensor: an awaitable n-d array whose metadata is known at once.
+
+A Tensor *is* an :class:`~eagerrt.lowlevel.AsyncValue` (one object per op result,
+which keeps the fast path cheap) carrying the result's ``shape``, ``dtype`` and
+``device``, computed synchronously when the op was called. Its data arrives
+asynchronously: ``await t`` in async code, ``t.numpy()`` / ``np.asarray(t)`` /
+``float(t)`` in plain sync code (no event loop needed).
+
+Arithmetic operators and methods such as ``t.sum()`` are installed by
+:mod:`eagerrt.ops` (ops are defined there, once).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._core.async_value import ERROR, PENDING, READY, AsyncValue
+from ._core.bridge import wait_async
+from ._core.errors import Failure, KernelError, SourceLine, UsageError, WaitTimeoutError
+
+if TYPE_CHECKING:
+    from .devices.base import Device
+
+__all__ = ["Tensor"]
+
+_new = object.__new__
+
+
+class Tensor(AsyncValue):
+    """The result of an eagerrt op: metadata now, data when ready.
+
+    >>> import eagerrt as ert
+    >>> t = ert.ones((2, 3), dtype="float32") * 2
+    >>> t.shape, t.dtype, t.device.name
+    ((2, 3), dtype('float32'), 'cpu')
+    >>> t.numpy()
+    array([[2., 2., 2.],
+           [2., 2., 2.]], dtype=float32)
+    """
+
+    __slots__ = ("_op", "_site", "device", "dtype", "shape")
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    device: Device
+    _op: str
+    _site: SourceLine | None
+
+    # Tensors compare elementwise (ops install __eq__), so like numpy arrays they
+    # are unhashable. numpy must hand binary operators back to the Tensor.
+    __hash__ = None  # type: ignore[assignment]
+    __array_ufunc__ = None
+
+    def __init__(self) -> None:
+        raise TypeError(
+            "Tensors are made by ops: use eagerrt.asarray(data) to wrap existing data"
+        )
+
+    @classmethod
+    def _ready(
+        cls, value: Any, shape: tuple[int, ...], dtype: np.dtype[Any], device: Device, op: str
+    ) -> Tensor:
+        t = _new(cls)
+        t._state = READY
+        t._value = value
+        t.shape = shape
+        t.dtype = dtype
+        t.device = device
+        t._op = op
+        return t
+
+    @classmethod
+    def _pending(
+        cls,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        device: Device,
+        op: str,
+        site: SourceLine | None,
+    ) -> Tensor:
+        t = _new(cls)
+        t._state = PENDING
+        t._value = None
+        t._waiters = None
+        t.shape = shape
+        t.dtype = dtype
+        t.device = device
+        t._op = op
+        t._site = site
+        return t
+
+    @classmethod
+    def _failed(
+        cls, failure: Failure, shape: tuple[int, ...], dtype: np.dtype[Any], device: Device, op: str
+    ) -> Tensor:
+        t = _new(cls)
+        t._state = ERROR
+        t._value = failure
+        t.shape = shape
+        t.dtype = dtype
+        t.device = device
+        t._op = op
+        return t
+
+    # -- metadata ------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def op(self) -> str:
+        """The name of the op that produced this tensor."""
+        return self._op
+
+    # -- readiness -----------------------------------------------------------
+    def is_ready(self) -> bool:
+        """True once the data (or the failure) is there; never blocks."""
+        return self._state != PENDING
+
+    @property
+    def error(self) -> KernelError:  # type: ignore[override]
+        """The failure as a :class:`KernelError` (marks it observed)."""
+        if self._state != ERROR:
+            raise UsageError(f"tensor from {self._op!r} is {self.state}, not an error")
+        return self._value.to_exception(self._op)  # type: ignore[no-any-return]
+
+    # -- reading the data ----------------------------------------------------
+    def _native(self) -> Any:
+        """The device-native value; the tensor must be available."""
+        if self._state == ERROR:
+            raise self._value.to_exception(self._op)
+        return self._value
+
+    def __await__(self) -> Generator[Any, None, np.ndarray]:
+        if self._state == PENDING:
+            yield from wait_async(self)
+        return self._host_value()
+
+    def _host_value(self) -> np.ndarray:
+        if self._state == ERROR:
+            raise self._value.to_exception(self._op)
+        value = self._value
+        if type(value) is not np.ndarray:
+            value = self.device.to_numpy(value)
+        # Handed-out arrays are read-only: they may share memory with other
+        # tensors (views) that pending ops still read.
+        if value.flags.writeable:
+            value.flags.writeable = False
+        return value
+
+    def numpy(self, timeout: float | None = None) -> np.ndarray:
+        """Block until ready and return the data as a read-only numpy array.
+
+        Raises :class:`KernelError` if the op (or one it depends on) failed, and
+        :class:`WaitTimeoutError` if ``timeout`` seconds pass first.
+        """
+        if self._state == PENDING and not self.wait(timeout):
+            raise WaitTimeoutError(
+                f"tensor from {self._op!r} not ready after {timeout} s; "
+                "in async code, `await` it instead of blocking"
+            )
+        return self._host_value()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        value = self.numpy()
+        if copy is False and dtype is not None and np.dtype(dtype) != value.dtype:
+            raise ValueError("unable to convert to the requested dtype without a copy")
+        if dtype is not None:
+            value = value.astype(dtype, copy=bool(copy))
+        elif copy:
+            value = value.copy()
+        return value
+
+    def item(self) -> Any:
+        """The single element as a Python scalar (blocks until ready)."""
+        if self.size != 1:
+            raise UsageError(
+                f"item() needs a tensor with one element, this one has shape {self.shape}"
+            )
+        return self.numpy().item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def _scalar(self, kind: str) -> Any:
+        if self.size != 1:
+            raise UsageError(
+                f"only one-element tensors convert to {kind}; this one has shape "
+                f"{self.shape} (use .numpy() for the whole array)"
+            )
+        return self.numpy().reshape(()).item()
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __complex__(self) -> complex:
+        return complex(self._scalar("complex"))
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(
+                f"the truth value of a tensor of shape {self.shape} is ambiguous; "
+                "use ert.any(...) or ert.all(...)"
+            )
+        return bool(self._scalar("bool"))
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iub":
+            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
+        return int(self._scalar("int"))
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[Tensor]:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        for i in range(self.shape[0]):
+            yield self[i]  # type: ignore[index]
+
+    # -- display -------------------------------------------------------------
+    def __repr__(self) -> str:
+        dims = ", ".join(map(str, self.shape))
+        meta = f"shape=({dims}{',' if len(self.shape) == 1 else ''}), dtype={self.dtype}"
+        if self.device.name != "cpu":
+            meta += f", device={self.device.name}"
+        if self._state == PENDING:
+            return f"Tensor(<pending>, {meta})"
+        if self._state == ERROR:
+            return f"Tensor(<error: {self._value.op} failed>, {meta})"
+        body = np.array2string(
+            np.asarray(self._host_value()), separator=", ", prefix="Tensor("
+        )
+        return f"Tensor({body}, {meta})"
+
+    def __str__(self) -> str:
+        if self._state == READY:
+            return str(self._host_value())
+        return repr(self)
+
+    def __format__(self, spec: str) -> str:
+        if spec and self.size == 1:
+            return format(self.item(), spec)
+        return str(self) if not spec else format(str(self), spec)
