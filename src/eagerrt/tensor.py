@@ -56,9 +56,7 @@ class Tensor(AsyncValue):
     __array_ufunc__ = None
 
     def __init__(self) -> None:
-        raise TypeError(
-            "Tensors are made by ops: use eagerrt.asarray(data) to wrap existing data"
-        )
+        raise TypeError("Tensors are made by ops: use eagerrt.asarray(data) to wrap existing data")
 
     @classmethod
     def _ready(
@@ -245,9 +243,7 @@ class Tensor(AsyncValue):
             return f"Tensor(<pending>, {meta})"
         if self._state == ERROR:
             return f"Tensor(<error: {self._value.op} failed>, {meta})"
-        body = np.array2string(
-            np.asarray(self._host_value()), separator=", ", prefix="Tensor("
-        )
+        body = np.array2string(np.asarray(self._host_value()), separator=", ", prefix="Tensor(")
         return f"Tensor({body}, {meta})"
 
     def __str__(self) -> str:

@@ -16,6 +16,7 @@ its result stays usable, so the runtime stays consistent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
 from collections.abc import Generator
@@ -51,9 +52,7 @@ def _in_trio(trio: Any) -> bool:
     return True
 
 
-def _wait_asyncio(
-    value: AsyncValue, loop: asyncio.AbstractEventLoop
-) -> Generator[Any, None, None]:
+def _wait_asyncio(value: AsyncValue, loop: asyncio.AbstractEventLoop) -> Generator[Any, None, None]:
     future = loop.create_future()
     loop_thread = threading.get_ident()
 
@@ -65,10 +64,9 @@ def _wait_asyncio(
         if threading.get_ident() == loop_thread:
             wake()
             return
-        try:
+        # RuntimeError: the loop closed while the work ran, so nobody waits.
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(wake)
-        except RuntimeError:  # the loop closed while the work ran: nobody waits
-            pass
 
     value.and_then(on_available)
     yield from future.__await__()
@@ -89,10 +87,9 @@ async def _wait_trio(value: AsyncValue, trio: Any) -> None:
     def on_available() -> None:
         # Always through the token, even on trio's own thread: the completing
         # code may be another task's op call, not a place to reschedule from.
-        try:
+        # RuntimeError: the trio run finished while the work ran: nobody waits.
+        with contextlib.suppress(RuntimeError):
             token.run_sync_soon(wake)
-        except RuntimeError:  # the run finished while the work ran: nobody waits
-            pass
 
     def abort(_raise_cancel: Any) -> Any:
         state["waiting"] = False

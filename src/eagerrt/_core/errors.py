@@ -126,13 +126,13 @@ class Failure:
         with _unobserved_lock:
             _unobserved.pop(id(self), None)
         where = f"\n  created at {self.site}" if self.site else ""
-        via = f"\n  (read through the result of {reading!r}, which depends on it)" if (
-            reading is not None and reading != self.op
-        ) else ""
-        cause = self.cause
-        err = KernelError(
-            f"op {self.op!r} failed: {type(cause).__name__}: {cause}{where}{via}"
+        via = (
+            f"\n  (read through the result of {reading!r}, which depends on it)"
+            if (reading is not None and reading != self.op)
+            else ""
         )
+        cause = self.cause
+        err = KernelError(f"op {self.op!r} failed: {type(cause).__name__}: {cause}{where}{via}")
         err.__cause__ = cause
         return err
 

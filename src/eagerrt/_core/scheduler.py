@@ -76,25 +76,26 @@ def schedule(
     key = id(result)
     with _outstanding_lock:
         _outstanding[key] = result
+    # Registered before anyone else can wait on the result, so the bookkeeping
+    # is done before any waiter wakes.
+    result.and_then(lambda: _forget(key))
     if pending_inputs:
         next(_parked_counter)
-
-    def run_and_forget() -> None:
-        try:
-            run()
-        finally:
-            with _outstanding_lock:
-                _outstanding.pop(key, None)
 
     def dispatch() -> None:
         if cost_ns <= config.inline_limit_ns:
             next(_inline_counter)
-            run_and_forget()
+            run()
         else:
             next(_offloaded_counter)
-            executor.submit(run_and_forget)
+            executor.submit(run)
 
     run_when_ready(pending_inputs, dispatch)
+
+
+def _forget(key: int) -> None:
+    with _outstanding_lock:
+        _outstanding.pop(key, None)
 
 
 @dataclass(frozen=True)
@@ -169,5 +170,5 @@ def synchronize(timeout: float | None = None) -> None:
     raise EagerErrorGroup(f"{len(errors)} eagerrt ops failed and nobody read them", errors)
 
 
-class EagerErrorGroup(EagerError, ExceptionGroup):  # type: ignore[misc]  # noqa: F821
+class EagerErrorGroup(EagerError, ExceptionGroup):  # type: ignore[misc]
     """Several unread kernel failures, raised together by ``synchronize()``."""

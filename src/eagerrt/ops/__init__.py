@@ -37,7 +37,7 @@ from .nn import log_softmax, softmax
 from .reduction import argmax, argmin, max, mean, min, prod, std, sum, var
 from .registry import GENERIC, Op, define_op, elementwise_cost, get_op, registered_ops
 
-abs = UFUNC_OPS["abs"]  # noqa: A001
+abs = UFUNC_OPS["abs"]
 negative = neg = UFUNC_OPS["negative"]
 positive = UFUNC_OPS["positive"]
 exp = UFUNC_OPS["exp"]
@@ -57,7 +57,7 @@ multiply = UFUNC_OPS["multiply"]
 divide = UFUNC_OPS["divide"]
 floor_divide = UFUNC_OPS["floor_divide"]
 remainder = UFUNC_OPS["remainder"]
-power = pow = UFUNC_OPS["power"]  # noqa: A001
+power = pow = UFUNC_OPS["power"]
 maximum = UFUNC_OPS["maximum"]
 minimum = UFUNC_OPS["minimum"]
 equal = UFUNC_OPS["equal"]

@@ -76,7 +76,9 @@ def asarray(
         else:
             array = np.asarray(obj, dtype=dtype, copy=copy)
     except (TypeError, ValueError) as exc:
-        raise DTypeError(f"asarray: cannot make a tensor from {type(obj).__name__}: {exc}") from None
+        raise DTypeError(
+            f"asarray: cannot make a tensor from {type(obj).__name__}: {exc}"
+        ) from None
     if array.dtype.kind in "OSUVMm":
         raise DTypeError(
             f"asarray: eagerrt tensors hold numbers and bools, not {array.dtype} "
@@ -96,7 +98,9 @@ def _filled_cost(out_shape: tuple[int, ...], out_dtype: np.dtype[Any], /, **stat
     return elementwise_cost(out_shape, out_dtype)
 
 
-def _fill_rule(*, shape: Any, dtype: Any, fill: Any = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _fill_rule(
+    *, shape: Any, dtype: Any, fill: Any = None
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
     return shape_tuple(shape), to_dtype(dtype)
 
 
@@ -120,23 +124,33 @@ def _fill_dtype(value: Any, dtype: Any) -> np.dtype[Any]:
     return np.asarray(value).dtype
 
 
-def zeros(shape: int | Sequence[int], dtype: Any = _FLOAT64, *, device: str | Device | None = None) -> Tensor:
+def zeros(
+    shape: int | Sequence[int], dtype: Any = _FLOAT64, *, device: str | Device | None = None
+) -> Tensor:
     """A tensor of zeros (float64 unless ``dtype`` says otherwise)."""
     return _fill(shape=shape, dtype=dtype, fill=0, device=device)
 
 
-def ones(shape: int | Sequence[int], dtype: Any = _FLOAT64, *, device: str | Device | None = None) -> Tensor:
+def ones(
+    shape: int | Sequence[int], dtype: Any = _FLOAT64, *, device: str | Device | None = None
+) -> Tensor:
     """A tensor of ones (float64 unless ``dtype`` says otherwise)."""
     return _fill(shape=shape, dtype=dtype, fill=1, device=device)
 
 
-def empty(shape: int | Sequence[int], dtype: Any = _FLOAT64, *, device: str | Device | None = None) -> Tensor:
+def empty(
+    shape: int | Sequence[int], dtype: Any = _FLOAT64, *, device: str | Device | None = None
+) -> Tensor:
     """A tensor with unspecified contents (cheapest to make)."""
     return _fill(shape=shape, dtype=dtype, fill=None, device=device)
 
 
 def full(
-    shape: int | Sequence[int], fill_value: Any, dtype: Any = None, *, device: str | Device | None = None
+    shape: int | Sequence[int],
+    fill_value: Any,
+    dtype: Any = None,
+    *,
+    device: str | Device | None = None,
 ) -> Tensor:
     """A tensor of ``fill_value``; the dtype is inferred from it unless given."""
     return _fill(shape=shape, dtype=_fill_dtype(fill_value, dtype), fill=fill_value, device=device)
@@ -154,12 +168,16 @@ def ones_like(x: Tensor, dtype: Any = None) -> Tensor:
 
 def empty_like(x: Tensor, dtype: Any = None) -> Tensor:
     """Unspecified contents with ``x``'s shape, dtype and device."""
-    return _fill(shape=x.shape, dtype=x.dtype if dtype is None else dtype, fill=None, device=x.device)
+    return _fill(
+        shape=x.shape, dtype=x.dtype if dtype is None else dtype, fill=None, device=x.device
+    )
 
 
 def full_like(x: Tensor, fill_value: Any, dtype: Any = None) -> Tensor:
     """``fill_value`` with ``x``'s shape and device, in ``x``'s dtype unless given."""
-    return _fill(shape=x.shape, dtype=x.dtype if dtype is None else dtype, fill=fill_value, device=x.device)
+    return _fill(
+        shape=x.shape, dtype=x.dtype if dtype is None else dtype, fill=fill_value, device=x.device
+    )
 
 
 def _arange_rule(
@@ -180,7 +198,12 @@ _arange.register_kernel(
 
 
 def arange(
-    start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, *, device: str | Device | None = None
+    start: Any,
+    stop: Any = None,
+    step: Any = 1,
+    dtype: Any = None,
+    *,
+    device: str | Device | None = None,
 ) -> Tensor:
     """Values from ``start`` up to (not including) ``stop`` by ``step``, as numpy."""
     if stop is None:
@@ -218,7 +241,9 @@ def linspace(
     return _linspace(start=start, stop=stop, num=num, endpoint=endpoint, dtype=dtype, device=device)
 
 
-def _eye_rule(*, n: int, m: int | None, k: int, dtype: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _eye_rule(
+    *, n: int, m: int | None, k: int, dtype: Any
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
     return shape_tuple((n, n if m is None else m)), to_dtype(dtype)
 
 
@@ -227,7 +252,12 @@ _eye.register_kernel(GENERIC, lambda *, n, m, k, dtype: np.eye(n, m, k, dtype=dt
 
 
 def eye(
-    n: int, m: int | None = None, k: int = 0, dtype: Any = _FLOAT64, *, device: str | Device | None = None
+    n: int,
+    m: int | None = None,
+    k: int = 0,
+    dtype: Any = _FLOAT64,
+    *,
+    device: str | Device | None = None,
 ) -> Tensor:
     """An ``n x m`` matrix with ones on diagonal ``k``."""
     return _eye(n=n, m=m, k=k, dtype=dtype, device=device)

@@ -230,7 +230,7 @@ def _round_rule(x: Any, decimals: int = 0) -> tuple[tuple[int, ...], np.dtype[An
     return _shape_of(x), x.dtype
 
 
-round = define_op(  # noqa: A001 - the array-API name
+round = define_op(
     "round", _round_rule, doc="Round half to even to ``decimals`` places, as ``numpy.round``."
 )
 round.register_kernel(GENERIC, lambda x, decimals=0: np.round(x, decimals))

@@ -94,7 +94,7 @@ def _tensordot_rule(
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
     _tensor_operands("tensordot", a, b)
     left, right = _tensordot_axes(a, b, axes)
-    for x, y in zip(left, right):
+    for x, y in zip(left, right, strict=True):
         if a.shape[x] != b.shape[y]:
             raise ShapeError(
                 f"contracted dimensions differ: axis {x} of {a.shape} vs axis {y} of {b.shape}"

@@ -11,6 +11,7 @@ expand_dims, basic slicing), so they cost one call and no copy.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -79,7 +80,9 @@ reshape.register_kernel(GENERIC, lambda x, shape: np.reshape(x, shape))
 
 
 # -- axes ------------------------------------------------------------------------
-def _transpose_rule(x: Any, axes: Sequence[int] | None = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _transpose_rule(
+    x: Any, axes: Sequence[int] | None = None
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
     x = _need_tensor("transpose", x)
     if axes is None:
         return x.shape[::-1], x.dtype
@@ -163,7 +166,7 @@ def _concat_rule(*xs: Any, axis: int | None = 0) -> tuple[tuple[int, ...], np.dt
     ax = normalize_axis(axis, first.ndim)
     for x in xs[1:]:
         if x.ndim != first.ndim or any(
-            a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != ax
+            a != b for i, (a, b) in enumerate(zip(x.shape, first.shape, strict=True)) if i != ax
         ):
             raise ShapeError(
                 f"shapes {first.shape} and {x.shape} differ outside the concat axis {ax}"
@@ -203,7 +206,7 @@ def _stack_rule(*xs: Any, axis: int = 0) -> tuple[tuple[int, ...], np.dtype[Any]
         if x.shape != first.shape:
             raise ShapeError(f"stack needs equal shapes, got {first.shape} and {x.shape}")
     ax = normalize_axis(axis, first.ndim + 1)
-    shape = first.shape[:ax] + (len(xs),) + first.shape[ax:]
+    shape = (*first.shape[:ax], len(xs), *first.shape[ax:])
     return shape, np.result_type(*(x.dtype for x in xs))
 
 
@@ -249,7 +252,7 @@ def split(x: Any, indices_or_sections: int | Sequence[int], axis: int = 0) -> li
     else:
         cuts = [int(i) for i in indices_or_sections]
         edges = [0, *cuts, n]
-        bounds = list(zip(edges[:-1], edges[1:]))
+        bounds = list(itertools.pairwise(edges))
     lead = (slice(None),) * ax
     return [getitem(x, index=(*lead, slice(a, b))) for a, b in bounds]
 
@@ -280,7 +283,9 @@ getitem = define_op("getitem", _getitem_rule, cost=_view_cost, doc="Basic indexi
 getitem.register_kernel(GENERIC, lambda x, index: x[index])
 
 
-def _take_rule(x: Any, indices: Any, axis: int | None = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _take_rule(
+    x: Any, indices: Any, axis: int | None = None
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
     x = _need_tensor("take", x)
     indices = _need_tensor("take", indices)
     if indices.dtype.kind not in "iu":

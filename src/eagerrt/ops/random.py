@@ -64,7 +64,9 @@ _random = define_op("random", _random_rule, cost=_random_cost, doc="Seeded rando
 
 
 @_random.kernel(GENERIC)
-def _random_kernel(*, shape: Any, dtype: Any, seed: int, a: float, b: float, dist: str) -> np.ndarray:
+def _random_kernel(
+    *, shape: Any, dtype: Any, seed: int, a: float, b: float, dist: str
+) -> np.ndarray:
     rng = np.random.default_rng(seed)
     dt = np.dtype(dtype)
     if dist == "uniform":
@@ -89,7 +91,13 @@ def uniform(
 ) -> Tensor:
     """Samples from ``[low, high)``, reproducible for a given ``seed``."""
     return _random(
-        shape=shape, dtype=dtype, seed=_next_seed(seed), a=low, b=high, dist="uniform", device=device
+        shape=shape,
+        dtype=dtype,
+        seed=_next_seed(seed),
+        a=low,
+        b=high,
+        dist="uniform",
+        device=device,
     )
 
 

@@ -50,7 +50,9 @@ def _var_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
     return _mean_dtype(dtype)
 
 
-def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+def _reduced_shape(
+    shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool
+) -> tuple[int, ...]:
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
@@ -88,11 +90,11 @@ def _reduction(
     return op
 
 
-sum = _reduction("sum", np.sum, _accumulate_dtype)  # noqa: A001
+sum = _reduction("sum", np.sum, _accumulate_dtype)
 prod = _reduction("prod", np.prod, _accumulate_dtype)
 mean = _reduction("mean", np.mean, _mean_dtype)
-max = _reduction("max", np.max, lambda d: d, needs_elements=True)  # noqa: A001
-min = _reduction("min", np.min, lambda d: d, needs_elements=True)  # noqa: A001
+max = _reduction("max", np.max, lambda d: d, needs_elements=True)
+min = _reduction("min", np.min, lambda d: d, needs_elements=True)
 var = _reduction("var", np.var, _var_dtype, extra=("ddof",))
 std = _reduction("std", np.std, _var_dtype, extra=("ddof",))
 

@@ -329,7 +329,12 @@ def _fast_unary(op: Op) -> Callable[[Any], Tensor]:
         hit = op._last1
         if hit is not None and type(a) is Tensor and a._state == READY:
             sa, da, dev, shape, dtype, cost, kernel = hit
-            if a.dtype is da and a.shape == sa and a.device is dev and cost <= config.inline_limit_ns:
+            if (
+                a.dtype is da
+                and a.shape == sa
+                and a.device is dev
+                and cost <= config.inline_limit_ns
+            ):
                 count_inline()
                 try:
                     value = kernel(a._value)
@@ -377,15 +382,15 @@ def _convert_args(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
 
     out = []
     for a in args:
-        if type(a) is Tensor or isinstance(a, _SCALAR_TYPES):
-            out.append(a)
-        elif isinstance(a, Tensor):
+        if isinstance(a, (Tensor, *_SCALAR_TYPES)):
             out.append(a)
         else:
             try:
                 out.append(asarray(a))
             except UsageError as exc:
-                raise DTypeError(f"{op}: cannot use {type(a).__name__} as an operand ({exc})") from None
+                raise DTypeError(
+                    f"{op}: cannot use {type(a).__name__} as an operand ({exc})"
+                ) from None
     return tuple(out)
 
 
@@ -423,4 +428,3 @@ def check_axis(axis: int, ndim: int) -> int:
     if not -ndim <= axis < ndim:
         raise ShapeError(f"axis {axis} is out of range for a {ndim}-d tensor")
     return axis + ndim if axis < 0 else axis
-
