@@ -25,6 +25,7 @@ __all__ = ["calibrate"]
 
 
 def _best_ns(fn: Callable[[], object], repeat: int, number: int) -> float:
+    fn()  # warm up: first calls pay for BLAS thread start-up and page faults
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter_ns()
@@ -37,6 +38,7 @@ def _best_ns(fn: Callable[[], object], repeat: int, number: int) -> float:
 def _round_trip_ns() -> float:
     pool = cpu.executor
     samples = []
+    pool.submit(lambda: None)  # start the threads outside the measurement
     for _ in range(200):
         done = threading.Event()
         start = time.perf_counter_ns()
@@ -61,8 +63,9 @@ def calibrate(apply: bool = True) -> dict[str, float]:
         "ns_per_element": max(per_element, 0.01),
         "ns_per_flop": max(per_flop, 0.001),
         "worker_round_trip_ns": round_trip,
-        # Offload only work that outweighs the hop twice over.
-        "inline_threshold_ns": 2.0 * round_trip,
+        # Offload only work at least four hops long: the hop then adds at most a
+        # quarter to the op's latency, and the caller's thread is free meanwhile.
+        "inline_threshold_ns": 4.0 * round_trip,
     }
     if apply:
         for name in ("op_overhead_ns", "ns_per_element", "ns_per_flop", "inline_threshold_ns"):

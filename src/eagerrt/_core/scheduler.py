@@ -14,8 +14,8 @@ completes its own result, plus a cost and an executor.
 
 from __future__ import annotations
 
+import functools
 import itertools
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -49,9 +49,9 @@ _parked_counter = itertools.count()
 #: Called once per op run inline; a C-level increment, cheap on the hot path.
 count_inline = _inline_counter.__next__
 
-# Results not yet available, by id: what synchronize() waits for.
+# Results not yet available, by id: what synchronize() waits for. Single dict
+# operations (set, pop, copy) are atomic, so it needs no lock of its own.
 _outstanding: dict[int, AsyncValue] = {}
-_outstanding_lock = threading.Lock()
 _executors: list[Executor] = []
 
 
@@ -74,11 +74,10 @@ def schedule(
     ``executor``.
     """
     key = id(result)
-    with _outstanding_lock:
-        _outstanding[key] = result
+    _outstanding[key] = result
     # Registered before anyone else can wait on the result, so the bookkeeping
-    # is done before any waiter wakes.
-    result.and_then(lambda: _forget(key))
+    # is done before any waiter wakes. A partial of a builtin: no Python frame.
+    result.and_then(functools.partial(_outstanding.pop, key, None))
     if pending_inputs:
         next(_parked_counter)
 
@@ -91,11 +90,6 @@ def schedule(
             executor.submit(run)
 
     run_when_ready(pending_inputs, dispatch)
-
-
-def _forget(key: int) -> None:
-    with _outstanding_lock:
-        _outstanding.pop(key, None)
 
 
 @dataclass(frozen=True)
@@ -150,8 +144,7 @@ def synchronize(timeout: float | None = None) -> None:
 
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        with _outstanding_lock:
-            waiting = [v for v in _outstanding.values() if not v.is_available()]
+        waiting = [v for v in _outstanding.copy().values() if not v.is_available()]
         if not waiting:
             break
         for value in waiting:

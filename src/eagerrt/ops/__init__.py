@@ -35,7 +35,17 @@ from .manipulation import (
 )
 from .nn import log_softmax, softmax
 from .reduction import argmax, argmin, max, mean, min, prod, std, sum, var
-from .registry import GENERIC, Op, define_op, elementwise_cost, get_op, registered_ops
+from .registry import (
+    GENERIC,
+    Op,
+    define_op,
+    elementwise_cost,
+    get_op,
+    registered_ops,
+    seal_builtin_ops,
+)
+
+seal_builtin_ops()
 
 abs = UFUNC_OPS["abs"]
 negative = neg = UFUNC_OPS["negative"]

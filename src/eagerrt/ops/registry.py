@@ -208,7 +208,7 @@ class Op:
                     a.wait()
             return self._call(args, device, static)
         cost = self.cost(shape, dtype, *args, **static)
-        if not static and device is None and all(type(a) is Tensor for a in args):
+        if ready and not static and device is None and all(type(a) is Tensor for a in args):
             if len(args) == 2:
                 a, b = args
                 self._last2 = (a.shape, b.shape, a.dtype, b.dtype, dev, shape, dtype, cost, kernel)
@@ -394,20 +394,44 @@ def _convert_args(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def define_op(name: str, rule: Rule, *, cost: Cost | None = None, doc: str | None = None) -> Op:
+def define_op(
+    name: str,
+    rule: Rule,
+    *,
+    cost: Cost | None = None,
+    doc: str | None = None,
+    replace: bool = False,
+) -> Op:
     """Create and register an op; add kernels with ``op.kernel(device)``.
 
     ``rule(*args, **static)`` returns the result's ``(shape, dtype)`` or raises
     (a ``ValueError`` becomes a :class:`ShapeError`, a ``TypeError`` a
     :class:`DTypeError`, both naming the call). ``cost(shape, dtype, *args,
     **static)`` estimates the kernel's nanoseconds (default:
-    :func:`elementwise_cost`).
+    :func:`elementwise_cost`). ``replace=True`` lets a new op take the name of
+    an earlier user-defined one (re-running a notebook cell); built-in ops can't
+    be replaced, only given new kernels.
     """
-    if name in _registry:
-        raise UsageError(f"an op named {name!r} is already registered")
+    existing = _registry.get(name)
+    if existing is not None and not (replace and name not in _builtin_names):
+        hint = (
+            "it is built in: add a kernel with get_op(name).kernel(device) instead"
+            if name in _builtin_names
+            else "pass replace=True to redefine it (e.g. when re-running a notebook cell)"
+        )
+        raise UsageError(f"an op named {name!r} is already registered; {hint}")
     op = Op(name, rule, cost=cost, doc=doc)
     _registry[name] = op
     return op
+
+
+_builtin_names: frozenset[str] = frozenset()
+
+
+def seal_builtin_ops() -> None:
+    """Mark every op registered so far as built in (called once by eagerrt.ops)."""
+    global _builtin_names
+    _builtin_names = frozenset(_registry)
 
 
 def get_op(name: str) -> Op:
