@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Final
@@ -56,6 +57,17 @@ MAX_INLINE_DEPTH: Final = 48
 # lock avoids allocating a lock per value on the hot path.
 _transition_lock = threading.Lock()
 _log = logging.getLogger("eagerrt")
+
+
+def _new_lock_after_fork() -> None:
+    # Another thread may have held the lock at fork time; it does not exist in
+    # the child, so the child starts with a fresh one.
+    global _transition_lock
+    _transition_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 class AsyncValueStateError(RuntimeError):

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 
 __all__ = ["WorkerPool"]
@@ -37,6 +39,15 @@ class WorkerPool:
         self.name = name
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        self._start_lock = threading.Lock()
+        self._submitted = itertools.count()
+        self._finished = itertools.count()
+        _pools.add(self)
+
+    def _reset_after_fork(self) -> None:
+        # A forked child has none of the parent's threads: start afresh on demand.
+        self._queue = queue.SimpleQueue()
+        self._threads = []
         self._start_lock = threading.Lock()
         self._submitted = itertools.count()
         self._finished = itertools.count()
@@ -89,6 +100,18 @@ class WorkerPool:
             for thread in threads:
                 if thread is not threading.current_thread():
                     thread.join()
+
+
+_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+def _reset_pools_after_fork() -> None:
+    for pool in list(_pools):
+        pool._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_pools_after_fork)
 
 
 def _count_value(counter: itertools.count[int]) -> int:
