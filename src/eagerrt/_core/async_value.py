@@ -109,6 +109,15 @@ def _run_continuation(callback: Callable[[], object]) -> None:
                 tramp.depth = 0
 
 
+def _drain_trampoline_until_available(value: AsyncValue) -> None:
+    deferred = _trampoline.deferred
+    while deferred and value._state == PENDING:
+        try:
+            deferred.popleft()()
+        except BaseException:
+            _log.exception("eagerrt: a continuation raised; it was dropped")
+
+
 class AsyncValue:
     """A write-once value that is pending, then ready or an error.
 
@@ -222,6 +231,11 @@ class AsyncValue:
 
         Never needs an event loop: work completes on worker threads.
         """
+        if self._state != PENDING:
+            return True
+        # Nested deeply enough, the work this value waits for may sit in this
+        # thread's own trampoline queue, which would only drain after we return.
+        _drain_trampoline_until_available(self)
         if self._state != PENDING:
             return True
         event = threading.Event()

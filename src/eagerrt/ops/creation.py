@@ -64,11 +64,11 @@ def asarray(
         if dtype is not None and to_dtype(dtype) != obj.dtype:
             from .manipulation import astype
 
-            return astype(obj, to_dtype(dtype))
+            return astype(obj, dtype=to_dtype(dtype))
         if copy:
             from .manipulation import astype
 
-            return astype(obj, obj.dtype, copy=True)
+            return astype(obj, dtype=obj.dtype, copy=True)
         return obj
     try:
         if copy:

@@ -157,6 +157,7 @@ gelu = define_op(
     "gelu",
     _gelu_rule,
     cost=scaled_cost(12),
+    operands=1,
     doc="GELU ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula.",
 )
 
@@ -231,6 +232,9 @@ def _round_rule(x: Any, decimals: int = 0) -> tuple[tuple[int, ...], np.dtype[An
 
 
 round = define_op(
-    "round", _round_rule, doc="Round half to even to ``decimals`` places, as ``numpy.round``."
+    "round",
+    _round_rule,
+    operands=1,
+    doc="Round half to even to ``decimals`` places, as ``numpy.round``.",
 )
 round.register_kernel(GENERIC, lambda x, decimals=0: np.round(x, decimals))

@@ -117,6 +117,7 @@ tensordot = define_op(
     "tensordot",
     _tensordot_rule,
     cost=_tensordot_cost,
+    operands=2,
     doc="Sum products over the given axes, as ``numpy.tensordot``.",
 )
 tensordot.register_kernel(GENERIC, lambda a, b, axes=2: np.tensordot(a, b, axes=axes))

@@ -74,7 +74,11 @@ def _reshape_rule(x: Any, shape: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
 
 
 reshape = define_op(
-    "reshape", _reshape_rule, cost=_view_cost, doc="Same data, new shape (one dim may be -1)."
+    "reshape",
+    _reshape_rule,
+    cost=_view_cost,
+    operands=1,
+    doc="Same data, new shape (one dim may be -1).",
 )
 reshape.register_kernel(GENERIC, lambda x, shape: np.reshape(x, shape))
 
@@ -93,7 +97,11 @@ def _transpose_rule(
 
 
 transpose = define_op(
-    "transpose", _transpose_rule, cost=_view_cost, doc="Permute axes (reverse them by default)."
+    "transpose",
+    _transpose_rule,
+    cost=_view_cost,
+    operands=1,
+    doc="Permute axes (reverse them by default).",
 )
 transpose.register_kernel(GENERIC, lambda x, axes=None: np.transpose(x, axes))
 
@@ -118,7 +126,11 @@ def _expand_dims_rule(x: Any, axis: Any) -> tuple[tuple[int, ...], np.dtype[Any]
 
 
 expand_dims = define_op(
-    "expand_dims", _expand_dims_rule, cost=_view_cost, doc="Insert size-1 axes at ``axis``."
+    "expand_dims",
+    _expand_dims_rule,
+    cost=_view_cost,
+    operands=1,
+    doc="Insert size-1 axes at ``axis``.",
 )
 expand_dims.register_kernel(GENERIC, lambda x, axis: np.expand_dims(x, axis))
 
@@ -134,7 +146,9 @@ def _squeeze_rule(x: Any, axis: Any = None) -> tuple[tuple[int, ...], np.dtype[A
     return tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype
 
 
-squeeze = define_op("squeeze", _squeeze_rule, cost=_view_cost, doc="Remove size-1 axes.")
+squeeze = define_op(
+    "squeeze", _squeeze_rule, cost=_view_cost, operands=1, doc="Remove size-1 axes."
+)
 squeeze.register_kernel(GENERIC, lambda x, axis=None: np.squeeze(x, axis))
 
 
@@ -147,7 +161,11 @@ def _broadcast_to_rule(x: Any, shape: Any) -> tuple[tuple[int, ...], np.dtype[An
 
 
 broadcast_to = define_op(
-    "broadcast_to", _broadcast_to_rule, cost=_view_cost, doc="A read-only broadcast view."
+    "broadcast_to",
+    _broadcast_to_rule,
+    cost=_view_cost,
+    operands=1,
+    doc="A read-only broadcast view.",
 )
 broadcast_to.register_kernel(GENERIC, lambda x, shape: np.broadcast_to(x, shape))
 
@@ -279,7 +297,9 @@ def _getitem_rule(x: Any, index: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
         raise OutOfBoundsError(f"index {index!r} for shape {x.shape}: {exc}") from None
 
 
-getitem = define_op("getitem", _getitem_rule, cost=_view_cost, doc="Basic indexing (a view).")
+getitem = define_op(
+    "getitem", _getitem_rule, cost=_view_cost, operands=1, doc="Basic indexing (a view)."
+)
 getitem.register_kernel(GENERIC, lambda x, index: x[index])
 
 
@@ -300,6 +320,7 @@ take = define_op(
     "take",
     _take_rule,
     cost=_copy_cost,
+    operands=2,
     doc="Gather elements by integer indices along ``axis``; a bad index fails on read.",
 )
 take.register_kernel(GENERIC, lambda x, indices, axis=None: np.take(x, indices, axis=axis))
@@ -311,5 +332,7 @@ def _astype_rule(x: Any, dtype: Any, copy: bool = True) -> tuple[tuple[int, ...]
     return x.shape, to_dtype(dtype)
 
 
-astype = define_op("astype", _astype_rule, cost=_copy_cost, doc="Cast to another dtype.")
+astype = define_op(
+    "astype", _astype_rule, cost=_copy_cost, operands=1, doc="Cast to another dtype."
+)
 astype.register_kernel(GENERIC, lambda x, dtype, copy=True: x.astype(dtype, copy=copy))

@@ -55,10 +55,18 @@ def _softmax_kernels(log: bool) -> tuple[Any, Any]:
 
 
 softmax = define_op(
-    "softmax", _softmax_rule, cost=scaled_cost(6), doc="``exp(x) / sum(exp(x))`` along ``axis``."
+    "softmax",
+    _softmax_rule,
+    cost=scaled_cost(6),
+    operands=1,
+    doc="``exp(x) / sum(exp(x))`` along ``axis``.",
 )
 log_softmax = define_op(
-    "log_softmax", _softmax_rule, cost=scaled_cost(6), doc="``log(softmax(x))``, computed stably."
+    "log_softmax",
+    _softmax_rule,
+    cost=scaled_cost(6),
+    operands=1,
+    doc="``log(softmax(x))``, computed stably.",
 )
 for _op, _log in ((softmax, False), (log_softmax, True)):
     _generic, _cpu = _softmax_kernels(_log)

@@ -81,7 +81,9 @@ def _reduction(
             raise ShapeError(f"{name} of an empty selection has no identity; the axis is empty")
         return _reduced_shape(x.shape, axes, keepdims), result_dtype(x.dtype)
 
-    op = define_op(name, rule, cost=_reduction_cost, doc=f"``numpy.{name}`` over ``axis``.")
+    op = define_op(
+        name, rule, cost=_reduction_cost, operands=1, doc=f"``numpy.{name}`` over ``axis``."
+    )
 
     def run(x: Any, axis: Any = None, keepdims: bool = False, **params: Any) -> Any:
         return np.asarray(kernel(x, axis=axis, keepdims=keepdims, **params))
@@ -110,7 +112,9 @@ def _arg_reduction(name: str, kernel: Callable[..., Any]) -> Op:
         ax = normalize_axis(axis, x.ndim)
         return _reduced_shape(x.shape, (ax,), keepdims), _INTP
 
-    op = define_op(name, rule, cost=_reduction_cost, doc=f"``numpy.{name}``: index of the extreme.")
+    op = define_op(
+        name, rule, cost=_reduction_cost, operands=1, doc=f"``numpy.{name}``: index of the extreme."
+    )
     op.register_kernel(
         GENERIC,
         lambda x, axis=None, keepdims=False: np.asarray(kernel(x, axis=axis, keepdims=keepdims)),

@@ -24,6 +24,7 @@ array([1., 4., 9.])
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -95,17 +96,39 @@ class Op:
         "_by_device",
         "_last1",
         "_last2",
+        "_static_names",
         "call1",
         "call2",
         "cost",
         "kernels",
         "name",
+        "operands",
         "rule",
     )
 
-    def __init__(self, name: str, rule: Rule, *, cost: Cost | None = None, doc: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        rule: Rule,
+        *,
+        cost: Cost | None = None,
+        doc: str | None = None,
+        operands: int | None = None,
+    ):
         self.name = name
         self.rule = rule
+        #: How many leading positional arguments are tensors; further positional
+        #: arguments bind to the rule's next parameters as static ones, so
+        #: ``ert.sum(x, 0)`` means ``ert.sum(x, axis=0)``. None: all are tensors.
+        self.operands = operands
+        self._static_names: tuple[str, ...] = ()
+        if operands is not None:
+            positional = [
+                p.name
+                for p in inspect.signature(rule).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+            self._static_names = tuple(positional[operands:])
         self.cost: Cost = cost or elementwise_cost
         self.kernels: dict[str, Kernel] = {}
         self._by_device: dict[Device, Kernel] = {}
@@ -153,12 +176,34 @@ class Op:
         return f"<eagerrt op {self.name!r}>"
 
     def __call__(self, *args: Any, device: str | Device | None = None, **static: Any) -> Tensor:
+        if self.operands is not None and len(args) > self.operands:
+            args, static = self._bind_static(args, static)
         if not static and device is None:
             if len(args) == 2:
                 return self.call2(args[0], args[1])
             if len(args) == 1:
                 return self.call1(args[0])
         return self._call(args, device, static)
+
+    def _bind_static(
+        self, args: tuple[Any, ...], static: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        n = self.operands or 0
+        extra = args[n:]
+        if len(extra) > len(self._static_names):
+            raise _at_call(
+                DTypeError,
+                self.name,
+                args,
+                static,
+                f"takes {n} tensor(s) and at most {len(self._static_names)} more "
+                f"argument(s) {self._static_names}, got {len(args)}",
+            )
+        bound = dict(zip(self._static_names, extra, strict=False))
+        twice = sorted(set(bound) & set(static))
+        if twice:
+            raise _at_call(DTypeError, self.name, args, static, f"got multiple values for {twice}")
+        return args[:n], {**static, **bound}
 
     def _failed(
         self, exc: Exception, shape: tuple[int, ...], dtype: np.dtype[Any], dev: Device
@@ -202,11 +247,6 @@ class Op:
                 if a._state == ERROR:
                     return Tensor._failed(a._value, shape, dtype, dev, self.name)
                 ready = False
-        if config.sync and not ready:
-            for a in args:
-                if type(a) is Tensor:
-                    a.wait()
-            return self._call(args, device, static)
         cost = self.cost(shape, dtype, *args, **static)
         if ready and not static and device is None and all(type(a) is Tensor for a in args):
             if len(args) == 2:
@@ -257,6 +297,10 @@ def launch(
     site = user_line()
     result = Tensor._pending(shape, dtype, device, name, site)
     pending = [a for a in args if type(a) is Tensor and a._state == PENDING]
+    if config.sync:  # every op runs at its call: wait for inputs made before sync mode
+        for a in pending:
+            a.wait()
+        pending = []
 
     def run() -> None:
         for a in args:
@@ -400,6 +444,7 @@ def define_op(
     *,
     cost: Cost | None = None,
     doc: str | None = None,
+    operands: int | None = None,
     replace: bool = False,
 ) -> Op:
     """Create and register an op; add kernels with ``op.kernel(device)``.
@@ -408,7 +453,9 @@ def define_op(
     (a ``ValueError`` becomes a :class:`ShapeError`, a ``TypeError`` a
     :class:`DTypeError`, both naming the call). ``cost(shape, dtype, *args,
     **static)`` estimates the kernel's nanoseconds (default:
-    :func:`elementwise_cost`). ``replace=True`` lets a new op take the name of
+    :func:`elementwise_cost`). With ``operands=n``, only the first ``n``
+    positional arguments are tensors and later ones bind to the rule's next
+    parameters (``ert.sum(x, 0)``). ``replace=True`` lets a new op take the name of
     an earlier user-defined one (re-running a notebook cell); built-in ops can't
     be replaced, only given new kernels.
     """
@@ -420,7 +467,7 @@ def define_op(
             else "pass replace=True to redefine it (e.g. when re-running a notebook cell)"
         )
         raise UsageError(f"an op named {name!r} is already registered; {hint}")
-    op = Op(name, rule, cost=cost, doc=doc)
+    op = Op(name, rule, cost=cost, doc=doc, operands=operands)
     _registry[name] = op
     return op
 

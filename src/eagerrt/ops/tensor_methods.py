@@ -84,7 +84,7 @@ def _transpose(self: Tensor, *axes: Any) -> Tensor:
 
 
 def _astype(self: Tensor, dtype: Any, copy: bool = True) -> Tensor:
-    return astype(self, dtype, copy=copy)
+    return astype(self, dtype=dtype, copy=copy)
 
 
 def _to(self: Tensor, device: str | Device) -> Tensor:

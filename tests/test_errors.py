@@ -1,0 +1,243 @@
+"""Errors: call-time errors at the user's line, kernel failures on read."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import anyio
+import numpy as np
+import pytest
+
+import eagerrt as ert
+
+THIS_FILE = os.path.abspath(__file__)
+CORE_DIR = os.path.join(os.path.dirname(os.path.abspath(ert.__file__)), "_core") + os.sep
+PACKAGE_DIR = os.path.dirname(os.path.abspath(ert.__file__)) + os.sep
+
+
+def here() -> int:
+    """The caller's current line number."""
+    return sys._getframe(1).f_lineno
+
+
+def at_line(line: int) -> str:
+    return f'File "{THIS_FILE}", line {line}'
+
+
+def tb_files(exc: BaseException) -> list[str]:
+    return [os.path.abspath(frame.filename) for frame in traceback.extract_tb(exc.__traceback__)]
+
+
+_kernel_raises = ert.define_op("errors_user_kernel_raises", rule=lambda x: (x.shape, x.dtype))
+
+
+@_kernel_raises.kernel()
+def _raising_kernel(x: np.ndarray) -> np.ndarray:
+    raise ZeroDivisionError("user kernel divided by zero")
+
+
+# -- call-time errors ----------------------------------------------------------------
+def test_matmul_shape_error_names_op_operands_and_line() -> None:
+    a, b = ert.ones((2, 3)), ert.ones((2, 3))
+    with pytest.raises(ert.ShapeError) as info:
+        line = here() + 1
+        a @ b
+    err = info.value
+    assert isinstance(err, ValueError) and isinstance(err, ert.UsageError)
+    message = str(err)
+    assert "matmul" in message
+    assert "float64[2, 3]" in message
+    assert os.path.basename(__file__) in message
+    assert f"at {at_line(line)}" in message
+
+
+def test_shape_error_through_function_call_names_this_line() -> None:
+    with pytest.raises(ValueError, match="add") as info:
+        line = here() + 1
+        ert.add(ert.ones((2, 3)), ert.ones((4,)))
+    assert isinstance(info.value, ert.ShapeError)
+    assert at_line(line) in str(info.value)
+    assert "float64[2, 3]" in str(info.value) and "float64[4]" in str(info.value)
+
+
+def test_call_time_error_is_raised_at_once_even_with_pending_inputs(gate) -> None:
+    g = gate()
+    pending = g(np.ones((2, 3)))
+    with pytest.raises(ert.ShapeError) as info:
+        line = here() + 1
+        pending @ ert.ones((2, 3))
+    assert at_line(line) in str(info.value)
+    assert not pending.is_ready()  # raised without waiting for data
+
+
+def test_dtype_error_is_a_type_error() -> None:
+    with pytest.raises(TypeError) as info:
+        line = here() + 1
+        ert.take(ert.arange(5), ert.asarray([1.5]))
+    err = info.value
+    assert isinstance(err, ert.DTypeError) and isinstance(err, ert.UsageError)
+    assert "take" in str(err) and "float64[1]" in str(err) and "int64[5]" in str(err)
+    assert at_line(line) in str(err)
+
+
+def test_out_of_bounds_error_is_an_index_error() -> None:
+    t = ert.ones((3,))
+    with pytest.raises(IndexError) as info:
+        line = here() + 1
+        t[5]
+    err = info.value
+    assert isinstance(err, ert.OutOfBoundsError) and isinstance(err, ert.ShapeError)
+    assert "getitem" in str(err) and at_line(line) in str(err)
+
+
+def test_device_error_for_unknown_device() -> None:
+    with pytest.raises(ert.DeviceError) as info:
+        ert.ones((2,), device="no-such-device")
+    assert isinstance(info.value, ValueError)
+    assert "no-such-device" in str(info.value)
+
+
+def test_user_op_rule_errors_become_usage_errors() -> None:
+    def rule(x: ert.Tensor) -> tuple:
+        if x.ndim != 2:
+            raise ValueError(f"wants a matrix, got {x.ndim}-d")
+        if x.dtype.kind != "f":
+            raise TypeError(f"wants floats, got {x.dtype}")
+        return x.shape, x.dtype
+
+    op = ert.define_op("errors_matrix_only", rule=rule, replace=True)
+    op.kernel()(lambda x: x)
+    with pytest.raises(ert.ShapeError, match="wants a matrix") as info:
+        line = here() + 1
+        op(ert.ones((3,)))
+    assert "errors_matrix_only(float64[3])" in str(info.value)
+    assert at_line(line) in str(info.value)
+    with pytest.raises(ert.DTypeError, match="wants floats"):
+        op(ert.ones((2, 2), dtype="int32"))
+    np.testing.assert_array_equal(op(ert.ones((2, 2))).numpy(), np.ones((2, 2)))
+
+
+# -- kernel failures -----------------------------------------------------------------
+@pytest.mark.parametrize("where", ["inline", "offloaded"])
+def test_bad_take_fails_on_read_with_creating_line(where: str, clean_errors) -> None:
+    threshold = ert.config.inline_threshold_ns if where == "inline" else 0
+    with ert.config.override(inline_threshold_ns=threshold):
+        line = here() + 1
+        bad = ert.take(ert.arange(5), ert.asarray([7]))  # no error at the call
+    assert bad.shape == (1,) and bad.dtype == np.int64
+    assert bad.wait(10) and bad.is_ready()
+    with pytest.raises(ert.KernelError) as info:
+        bad.numpy()
+    err = info.value
+    assert isinstance(err, RuntimeError) and isinstance(err, ert.EagerError)
+    message = str(err)
+    assert "'take'" in message
+    assert f"created at {at_line(line)}" in message
+    assert isinstance(err.__cause__, IndexError)
+    assert "out of bounds" in str(err.__cause__)
+    # Every other way of reading raises it too.
+    with pytest.raises(ert.KernelError, match="take"):
+        np.asarray(bad)
+    with pytest.raises(ert.KernelError, match="take"):
+        int(bad)
+    with pytest.raises(ert.KernelError, match="take"):
+        bad.item()
+    assert "error" in repr(bad) and "take" in repr(bad)
+
+
+@pytest.mark.anyio
+async def test_bad_take_fails_on_await(clean_errors) -> None:
+    with ert.config.override(inline_threshold_ns=0):
+        line = here() + 1
+        bad = ert.take(ert.arange(5), ert.asarray([7]))
+    with anyio.fail_after(10), pytest.raises(ert.KernelError) as info:
+        await bad
+    assert "'take'" in str(info.value)
+    assert f"created at {at_line(line)}" in str(info.value)
+    assert isinstance(info.value.__cause__, IndexError)
+
+
+@pytest.mark.parametrize("where", ["inline", "offloaded"])
+def test_dependents_inherit_the_failure(where: str, clean_errors) -> None:
+    threshold = ert.config.inline_threshold_ns if where == "inline" else 0
+    with ert.config.override(inline_threshold_ns=threshold):
+        line = here() + 1
+        bad = ert.take(ert.arange(5), ert.asarray([7]))
+        plus_one = bad + 1
+        deeper = ert.exp(plus_one * 2).sum()
+    assert plus_one.shape == (1,) and deeper.shape == ()
+    with pytest.raises(ert.KernelError) as direct:
+        bad.numpy(timeout=10)
+    for dependent, reading in ((plus_one, "add"), (deeper, "sum")):
+        with pytest.raises(ert.KernelError) as info:
+            dependent.numpy(timeout=10)
+        message = str(info.value)
+        assert "'take'" in message  # names the op that failed, not the one read
+        assert f"created at {at_line(line)}" in message
+        assert reading in message
+        assert info.value.__cause__ is direct.value.__cause__
+
+
+def test_dependent_of_pending_input_that_fails(gate, clean_errors) -> None:
+    g = gate()
+    indices = g(np.array([9]))
+    line = here() + 1
+    bad = ert.take(ert.arange(3), indices)  # parked: fails later, on a worker thread
+    result = bad * 10
+    assert not bad.is_ready()
+    g.open()
+    with pytest.raises(ert.KernelError) as info:
+        result.numpy(timeout=10)
+    assert f"created at {at_line(line)}" in str(info.value)
+    assert isinstance(info.value.__cause__, IndexError)
+
+
+@pytest.mark.parametrize("where", ["inline", "offloaded"])
+def test_cause_traceback_is_trimmed_of_runtime_frames(where: str, clean_errors) -> None:
+    threshold = ert.config.inline_threshold_ns if where == "inline" else 0
+    with ert.config.override(inline_threshold_ns=threshold):
+        bad = ert.take(ert.arange(5), ert.asarray([7]))
+    with pytest.raises(ert.KernelError) as info:
+        bad.numpy(timeout=10)
+    files = tb_files(info.value.__cause__)
+    assert files, "the cause keeps a traceback"
+    assert not [f for f in files if f.startswith(CORE_DIR)]
+
+
+@pytest.mark.parametrize("where", ["inline", "offloaded"])
+def test_user_kernel_failure_traceback_starts_in_the_users_kernel(where: str, clean_errors) -> None:
+    threshold = ert.config.inline_threshold_ns if where == "inline" else 0
+    with ert.config.override(inline_threshold_ns=threshold):
+        line = here() + 1
+        bad = _kernel_raises(ert.ones((2,)))
+    with pytest.raises(ert.KernelError, match="errors_user_kernel_raises") as info:
+        bad.numpy(timeout=10)
+    assert f"created at {at_line(line)}" in str(info.value)
+    cause = info.value.__cause__
+    assert isinstance(cause, ZeroDivisionError)
+    frames = traceback.extract_tb(cause.__traceback__)
+    assert [os.path.abspath(f.filename) for f in frames] == [THIS_FILE]
+    assert frames[0].name == "_raising_kernel"
+    assert not [f for f in tb_files(cause) if f.startswith(PACKAGE_DIR)]
+
+
+def test_error_property_marks_failure_observed(clean_errors) -> None:
+    bad = ert.take(ert.arange(2), ert.asarray([3]))
+    err = bad.error
+    assert isinstance(err, ert.KernelError) and "take" in str(err)
+    ert.synchronize(timeout=10)  # already observed through .error
+    with pytest.raises(ert.UsageError):
+        _ = ert.ones((2,)).error  # not an error tensor
+
+
+def test_failure_is_read_again_each_time(clean_errors) -> None:
+    bad = ert.take(ert.arange(2), ert.asarray([3]))
+    with pytest.raises(ert.KernelError) as first:
+        bad.numpy()
+    with pytest.raises(ert.KernelError) as second:
+        bad.numpy()
+    assert first.value is not second.value  # a fresh exception per read
+    assert first.value.__cause__ is second.value.__cause__
+    assert str(first.value) == str(second.value)
