@@ -18,7 +18,7 @@ from ._core.async_value import (
     run_when_ready,
 )
 from ._core.bridge import wait_async
-from ._core.scheduler import Executor, schedule
+from ._core.scheduler import Executor, Task, schedule
 from ._core.workers import WorkerPool
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "AsyncValueStateError",
     "Executor",
     "IndirectAsyncValue",
+    "Task",
     "WorkerPool",
     "run_when_ready",
     "schedule",

@@ -14,7 +14,6 @@ completes its own result, plus a cost and an executor.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from .workers import _count_value
 __all__ = [
     "Executor",
     "Stats",
+    "Task",
     "count_inline",
     "schedule",
     "stats",
@@ -61,35 +61,47 @@ def register_executor(executor: Executor) -> None:
         _executors.append(executor)
 
 
-def schedule(
-    result: AsyncValue,
-    pending_inputs: Sequence[AsyncValue],
-    run: Callable[[], None],
-    cost_ns: float,
-    executor: Executor,
-) -> None:
-    """Run ``run()`` (which completes ``result``) once the inputs are available.
+class Task:
+    """One piece of work that completes ``result``; subclasses define :meth:`run`.
 
-    Inline on the completing thread when cheap or in sync mode, else on
-    ``executor``.
+    A single slotted object per op (rather than closures and their cells) keeps
+    the slow path cheap and gives the garbage collector less to walk.
     """
-    key = id(result)
-    _outstanding[key] = result
-    # Registered before anyone else can wait on the result, so the bookkeeping
-    # is done before any waiter wakes. A partial of a builtin: no Python frame.
-    result.and_then(functools.partial(_outstanding.pop, key, None))
-    if pending_inputs:
-        next(_parked_counter)
 
-    def dispatch() -> None:
-        if cost_ns <= config.inline_limit_ns:
+    __slots__ = ("cost_ns", "executor", "result")
+
+    def __init__(self, result: AsyncValue, cost_ns: float, executor: Executor) -> None:
+        self.result = result
+        self.cost_ns = cost_ns
+        self.executor = executor
+
+    def run(self) -> None:
+        """Compute and complete ``self.result`` (never raise: complete it as an error)."""
+        raise NotImplementedError
+
+    def __call__(self) -> None:
+        """Dispatch, once every input is available: inline if cheap, else offload."""
+        if self.cost_ns <= config.inline_limit_ns:
             next(_inline_counter)
-            run()
+            self._run_and_forget()
         else:
             next(_offloaded_counter)
-            executor.submit(run)
+            self.executor.submit(self._run_and_forget)
 
-    run_when_ready(pending_inputs, dispatch)
+    def _run_and_forget(self) -> None:
+        try:
+            self.run()
+        finally:
+            _outstanding.pop(id(self.result), None)
+
+
+def schedule(task: Task, pending_inputs: Sequence[AsyncValue]) -> None:
+    """Dispatch ``task`` once ``pending_inputs`` are available (now if none are)."""
+    result = task.result
+    _outstanding[id(result)] = result
+    if pending_inputs:
+        next(_parked_counter)
+    run_when_ready(pending_inputs, task)
 
 
 @dataclass(frozen=True)
@@ -124,7 +136,7 @@ def stats() -> Stats:
         ops_offloaded=_count_value(_offloaded_counter),
         ops_parked=_count_value(_parked_counter),
         queue_depth=sum(e.queue_depth() for e in _executors),
-        pending_values=len(_outstanding),
+        pending_values=sum(1 for v in _outstanding.copy().values() if not v.is_available()),
         unobserved_errors=unobserved_count(),
     )
 

@@ -42,7 +42,7 @@ from .._core.errors import (
     UsageError,
     user_line,
 )
-from .._core.scheduler import count_inline, schedule
+from .._core.scheduler import Task, count_inline, schedule
 from ..devices import get_device
 from ..devices.base import Device
 from ..tensor import Tensor
@@ -279,6 +279,27 @@ class Op:
         return launch(self.name, compute, args, shape, dtype, dev, cost, dev.executor)
 
 
+class _KernelTask(Task):
+    """Run ``compute`` on the inputs' values; fail like the inputs, or with a new
+    failure naming the op and its creation line."""
+
+    __slots__ = ("args", "compute", "name", "site")
+
+    def run(self) -> None:
+        result = self.result
+        args = self.args
+        for a in args:
+            if type(a) is Tensor and a._state == ERROR:
+                result._complete(ERROR, a._value)
+                return
+        try:
+            value = self.compute(*[a._value if type(a) is Tensor else a for a in args])
+        except Exception as exc:
+            result._complete(ERROR, Failure(self.name, self.site, exc))
+            return
+        result._complete(READY, value)
+
+
 def launch(
     name: str,
     compute: Callable[..., Any],
@@ -301,20 +322,12 @@ def launch(
         for a in pending:
             a.wait()
         pending = []
-
-    def run() -> None:
-        for a in args:
-            if type(a) is Tensor and a._state == ERROR:
-                result._complete(ERROR, a._value)
-                return
-        try:
-            value = compute(*[a._value if type(a) is Tensor else a for a in args])
-        except Exception as exc:
-            result._complete(ERROR, Failure(name, site, exc))
-            return
-        result._complete(READY, value)
-
-    schedule(result, pending, run, cost_ns, executor)
+    task = _KernelTask(result, cost_ns, executor)
+    task.args = args
+    task.compute = compute
+    task.name = name
+    task.site = site
+    schedule(task, pending)
     return result
 
 
