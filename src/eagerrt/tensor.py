@@ -20,7 +20,15 @@ import numpy as np
 
 from ._core.async_value import ERROR, PENDING, READY, AsyncValue
 from ._core.bridge import wait_async
-from ._core.errors import Failure, KernelError, SourceLine, UsageError, WaitTimeoutError
+from ._core.errors import (
+    DTypeError,
+    Failure,
+    KernelError,
+    ShapeError,
+    SourceLine,
+    UsageError,
+    WaitTimeoutError,
+)
 
 if TYPE_CHECKING:
     from .devices.base import Device
@@ -184,7 +192,7 @@ class Tensor(AsyncValue):
     def item(self) -> Any:
         """The single element as a Python scalar (blocks until ready)."""
         if self.size != 1:
-            raise UsageError(
+            raise ShapeError(
                 f"item() needs a tensor with one element, this one has shape {self.shape}"
             )
         return self.numpy().item()
@@ -193,12 +201,14 @@ class Tensor(AsyncValue):
         return self.numpy().tolist()
 
     def _scalar(self, kind: str) -> Any:
+        # Any one-element tensor converts, as in PyTorch (numpy 2.4 wants 0-d),
+        # so `float(loss)` works whatever the loss's shape; the error is numpy's type.
         if self.size != 1:
-            raise UsageError(
+            raise DTypeError(
                 f"only one-element tensors convert to {kind}; this one has shape "
                 f"{self.shape} (use .numpy() for the whole array)"
             )
-        return self.numpy().reshape(()).item()
+        return self.numpy().item()
 
     def __float__(self) -> float:
         return float(self._scalar("float"))
@@ -211,15 +221,15 @@ class Tensor(AsyncValue):
 
     def __bool__(self) -> bool:
         if self.size != 1:
-            raise ValueError(
+            raise ShapeError(
                 f"the truth value of a tensor of shape {self.shape} is ambiguous; "
-                "use ert.any(...) or ert.all(...)"
+                "reduce it first, e.g. with .max() or .min()"
             )
-        return bool(self._scalar("bool"))
+        return bool(self.numpy().item())
 
     def __index__(self) -> int:
-        if self.dtype.kind not in "iub":
-            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
+        if self.dtype.kind not in "iu":
+            raise DTypeError(f"only integer tensors can be used as an index, not {self.dtype}")
         return int(self._scalar("int"))
 
     def __len__(self) -> int:

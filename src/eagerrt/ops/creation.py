@@ -84,6 +84,10 @@ def asarray(
             f"asarray: eagerrt tensors hold numbers and bools, not {array.dtype} "
             f"(from {type(obj).__name__})"
         )
+    if not array.dtype.isnative:
+        # Kernels produce native-order results; keep every tensor native so the
+        # metadata computed at the call always matches the data.
+        array = array.astype(array.dtype.newbyteorder("="))
     if array.flags.writeable:
         # A read-only view: the caller's own array keeps its flags, and readers of
         # the tensor cannot write into data that pending ops still read.
@@ -185,9 +189,14 @@ def _arange_rule(
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
     if step == 0:
         raise ValueError("arange: step must not be zero")
-    length = max(0, math.ceil((stop - start) / step))
+    span = (stop - start) / step
+    if not math.isfinite(span):
+        raise ValueError(f"arange: bounds and step must be finite, got {start}, {stop}, {step}")
+    length = max(0, math.ceil(span))
     if dtype is None:
-        dtype = np.result_type(*(np.asarray(v).dtype for v in (start, stop, step)))
+        # numpy's own choice, from an empty range of the same types (start + 0*stop
+        # equals start, with start's and stop's types promoted together).
+        dtype = np.arange(start, start + 0 * stop, step).dtype
     return (length,), to_dtype(dtype)
 
 
@@ -216,7 +225,9 @@ def _linspace_rule(
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
     if num < 0:
         raise ShapeError(f"linspace: num must be non-negative, got {num}")
-    return (int(num),), to_dtype(_FLOAT64 if dtype is None else dtype)
+    if dtype is None:  # numpy's own choice, from an empty request of the same types
+        dtype = np.linspace(start, stop, 0, endpoint=endpoint).dtype
+    return (int(num),), to_dtype(dtype)
 
 
 _linspace = define_op("linspace", _linspace_rule, cost=_filled_cost, doc="Evenly spaced samples.")

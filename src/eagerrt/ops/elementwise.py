@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._core.config import config
-from .._core.errors import DTypeError
+from .._core.errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from ._rules import broadcast_shapes, dtype_key, ufunc_dtype
 from .registry import GENERIC, Op, define_op
@@ -150,7 +150,10 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 def _gelu_rule(x: Any, approximate: str = "none") -> tuple[tuple[int, ...], np.dtype[Any]]:
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _float_rule(x)
+    shape, dtype = _float_rule(x)
+    if dtype.kind != "f":
+        raise TypeError(f"gelu is defined for real numbers, not {dtype}")
+    return shape, dtype
 
 
 gelu = define_op(
@@ -170,6 +173,8 @@ def _gelu(x: Any, approximate: str = "none") -> Any:
         return 0.5 * x * (1 + inner)
     from ._numba_kernels import gelu_erf
 
+    if x.dtype == np.float16:  # numba has no float16: compute wider, round back
+        return gelu_erf(x.astype(np.float32)).astype(np.float16)
     return gelu_erf(x)
 
 
@@ -204,10 +209,8 @@ where = define_op(
 where.register_kernel(GENERIC, np.where)
 
 
-def _clip_rule(x: Any, lo: Any = None, hi: Any = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    if lo is None and hi is None:
-        raise ValueError("clip needs at least one of min and max")
-    shape = broadcast_shapes(*(_shape_of(a) for a in (x, lo, hi) if a is not None))
+def _clip_rule(x: Any, lo: Any, hi: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    shape = broadcast_shapes(_shape_of(x), _shape_of(lo), _shape_of(hi))
     return shape, _meta_dtype(np.clip, x, lo, hi)
 
 
@@ -222,13 +225,26 @@ def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
     >>> ert.clip(ert.asarray([-2.0, 0.5, 3.0]), 0.0, 1.0).numpy()
     array([0. , 0.5, 1. ])
     """
+    if min is None and max is None:
+        raise ShapeError("clip needs at least one of min and max")
+    if min is None:  # numpy's own clip does the same
+        return UFUNC_OPS["minimum"](x, max)
+    if max is None:
+        return UFUNC_OPS["maximum"](x, min)
     return _clip_op(x, min, max)
 
 
 def _round_rule(x: Any, decimals: int = 0) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    if not isinstance(decimals, int):
+    if not isinstance(decimals, (int, np.integer)):
         raise TypeError(f"decimals must be an int, got {type(decimals).__name__}")
-    return _shape_of(x), x.dtype
+    key = (x.dtype, decimals == 0)
+    dtype = _round_dtypes.get(key)
+    if dtype is None:  # numpy's dtype (bool rounds to float16) and its errors
+        dtype = _round_dtypes[key] = np.round(np.empty(0, x.dtype), int(decimals)).dtype
+    return _shape_of(x), dtype
+
+
+_round_dtypes: dict[tuple[Any, bool], np.dtype[Any]] = {}
 
 
 round = define_op(

@@ -24,7 +24,8 @@ __all__ = ["matmul", "tensordot"]
 
 def _tensor_operands(op: str, a: Any, b: Any) -> None:
     if type(a) is not Tensor or type(b) is not Tensor:
-        raise TypeError(f"{op} needs two tensors, not a Python scalar")
+        # numpy says ValueError: a scalar has too few dimensions
+        raise ValueError(f"{op} needs two tensors of at least one dimension, not a scalar")
 
 
 def _matmul_rule(a: Any, b: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
@@ -71,7 +72,8 @@ def _matmul(a: Any, b: Any) -> Any:
 def _tensordot_axes(
     a: Tensor, b: Tensor, axes: int | Sequence[Any]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    if isinstance(axes, int):
+    if isinstance(axes, (int, np.integer)):
+        axes = int(axes)
         if not 0 <= axes <= min(a.ndim, b.ndim):
             raise ShapeError(f"axes={axes} is out of range for {a.ndim}-d and {b.ndim}-d tensors")
         return tuple(range(a.ndim - axes, a.ndim)), tuple(range(axes))
@@ -79,8 +81,8 @@ def _tensordot_axes(
         left, right = axes
     except (TypeError, ValueError):
         raise TypeError(f"axes must be an int or a pair of axis lists, got {axes!r}") from None
-    left = (left,) if isinstance(left, int) else tuple(left)
-    right = (right,) if isinstance(right, int) else tuple(right)
+    left = (left,) if isinstance(left, (int, np.integer)) else tuple(left)
+    right = (right,) if isinstance(right, (int, np.integer)) else tuple(right)
     if len(left) != len(right):
         raise ShapeError(f"axes {left} and {right} differ in length")
     return (

@@ -118,7 +118,7 @@ def permute_dims(x: Any, axes: Sequence[int]) -> Tensor:
 
 def _expand_dims_rule(x: Any, axis: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     x = _need_tensor("expand_dims", x)
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     out_ndim = x.ndim + len(axes)
     new = normalize_axes(axes, out_ndim)
     dims = iter(x.shape)

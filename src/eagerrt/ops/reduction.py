@@ -105,11 +105,13 @@ def _arg_reduction(name: str, kernel: Callable[..., Any]) -> Op:
     def rule(
         x: Tensor, axis: int | None = None, keepdims: bool = False
     ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-        if x.size == 0:
-            raise ShapeError(f"{name} of an empty tensor is undefined")
         if axis is None:
+            if x.size == 0:
+                raise ShapeError(f"{name} of an empty tensor is undefined")
             return ((1,) * x.ndim if keepdims else ()), _INTP
         ax = normalize_axis(axis, x.ndim)
+        if x.shape[ax] == 0:
+            raise ShapeError(f"{name} over axis {ax} of size 0 is undefined")
         return _reduced_shape(x.shape, (ax,), keepdims), _INTP
 
     op = define_op(

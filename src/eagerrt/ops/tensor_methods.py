@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from .._core.errors import DTypeError
 from ..devices import get_device
 from ..devices.base import Device
 from ..tensor import Tensor
@@ -80,7 +83,9 @@ def _transpose(self: Tensor, *axes: Any) -> Tensor:
     """``t.transpose()``, ``t.transpose(1, 0)`` or ``t.transpose((1, 0))``."""
     if not axes:
         return transpose(self)
-    return transpose(self, axes=tuple(axes[0]) if len(axes) == 1 else axes)
+    if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+        axes = tuple(axes[0])
+    return transpose(self, axes=axes)
 
 
 def _astype(self: Tensor, dtype: Any, copy: bool = True) -> Tensor:
@@ -114,8 +119,19 @@ Tensor.to = _to  # type: ignore[attr-defined]
 
 
 def _reduction_method(op: Op) -> Any:
-    def method(self: Tensor, axis: Any = None, keepdims: bool = False, **params: Any) -> Tensor:
-        return op(self, axis=axis, keepdims=keepdims, **params)
+    def method(
+        self: Tensor,
+        axis: Any = None,
+        dtype: Any = None,
+        out: None = None,
+        keepdims: bool = False,
+        **params: Any,
+    ) -> Tensor:
+        # dtype= and out= make numpy's own np.sum(t), np.mean(t), ... work.
+        if out is not None:
+            raise DTypeError(f"{op.name}: out= is not supported; tensors are immutable")
+        x = self if dtype is None else astype(self, dtype=dtype)
+        return op(x, axis=axis, keepdims=keepdims, **params)
 
     method.__name__ = op.name
     method.__doc__ = f"``{op.name}`` over ``axis`` (see ``eagerrt.{op.name}``)."
