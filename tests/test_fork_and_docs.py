@@ -64,4 +64,3 @@ def test_quickstart_demo_runs() -> None:
     assert "await -> ndarray" in out
     assert "call-time error" in out and "quickstart.py" in out
     assert "op 'take' failed" in out
-

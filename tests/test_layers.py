@@ -34,9 +34,7 @@ def imported_parts(source: str, package: tuple[str, ...]) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("eagerrt."):
             found.add(node.module.split(".")[1])  # type: ignore[union-attr]
         elif isinstance(node, ast.Import):
-            found.update(
-                a.name.split(".")[1] for a in node.names if a.name.startswith("eagerrt.")
-            )
+            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("eagerrt."))
     return found
 
 
