@@ -25,6 +25,7 @@ from ._core.errors import (
     OutOfBoundsError,
     ShapeError,
     UsageError,
+    ValueRangeError,
     WaitTimeoutError,
 )
 from ._core.scheduler import EagerErrorGroup, Stats, stats, synchronize
@@ -49,6 +50,7 @@ __all__ = [
     "Stats",
     "Tensor",
     "UsageError",
+    "ValueRangeError",
     "WaitTimeoutError",
     "__version__",
     "calibrate",

@@ -28,6 +28,7 @@ __all__ = [
     "ShapeError",
     "SourceLine",
     "UsageError",
+    "ValueRangeError",
     "WaitTimeoutError",
     "take_unobserved",
     "user_line",
@@ -56,6 +57,10 @@ class OutOfBoundsError(ShapeError, IndexError):
 
 class DTypeError(UsageError, TypeError):
     """Operand dtypes or argument types don't fit the op."""
+
+
+class ValueRangeError(UsageError, OverflowError):
+    """A Python number does not fit the tensor's dtype (``int8_tensor + 300``)."""
 
 
 class DeviceError(UsageError, ValueError):

@@ -49,6 +49,14 @@ def _shape_of(arg: Any) -> tuple[int, ...]:
     return arg.shape if type(arg) is Tensor else ()
 
 
+def _check_int_fits(scalar: Any, other: Any) -> None:
+    """numpy (NEP 50) refuses a Python int that its integer operand can't hold."""
+    if type(scalar) is int and type(other) is Tensor and other.dtype.kind in "iu":
+        info = np.iinfo(other.dtype)
+        if not info.min <= scalar <= info.max:
+            raise OverflowError(f"Python integer {scalar} out of bounds for {other.dtype}")
+
+
 def _ufunc_op(name: str, ufunc: np.ufunc, factor: float) -> Op:
     if ufunc.nin == 1:
 
@@ -58,6 +66,8 @@ def _ufunc_op(name: str, ufunc: np.ufunc, factor: float) -> Op:
     else:
 
         def rule(x: Any, y: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:  # type: ignore[misc]
+            _check_int_fits(x, y)
+            _check_int_fits(y, x)
             return broadcast_shapes(_shape_of(x), _shape_of(y)), ufunc_dtype(ufunc, x, y)
 
     op = define_op(

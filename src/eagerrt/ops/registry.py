@@ -40,6 +40,7 @@ from .._core.errors import (
     OutOfBoundsError,
     ShapeError,
     UsageError,
+    ValueRangeError,
     user_line,
 )
 from .._core.scheduler import Task, count_inline, schedule
@@ -235,6 +236,8 @@ class Op:
             raise _at_call(type(exc), self.name, args, static, str(exc)) from None
         except IndexError as exc:
             raise _at_call(OutOfBoundsError, self.name, args, static, str(exc)) from None
+        except OverflowError as exc:
+            raise _at_call(ValueRangeError, self.name, args, static, str(exc)) from None
         except ValueError as exc:
             raise _at_call(ShapeError, self.name, args, static, str(exc)) from None
         except TypeError as exc:
