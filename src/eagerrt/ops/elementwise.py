@@ -49,6 +49,21 @@ def _shape_of(arg: Any) -> tuple[int, ...]:
     return arg.shape if type(arg) is Tensor else ()
 
 
+_ACCEPT_ANY_INT = frozenset(
+    {
+        "equal",
+        "not_equal",
+        "less",
+        "less_equal",
+        "greater",
+        "greater_equal",
+        "logical_and",
+        "logical_or",
+        "logical_xor",
+    }
+)
+
+
 def _check_int_fits(scalar: Any, other: Any) -> None:
     """numpy (NEP 50) refuses a Python int that its integer operand can't hold."""
     if type(scalar) is int and type(other) is Tensor and other.dtype.kind in "iu":
@@ -64,10 +79,13 @@ def _ufunc_op(name: str, ufunc: np.ufunc, factor: float) -> Op:
             return _shape_of(x), ufunc_dtype(ufunc, x)
 
     else:
+        # Comparisons and logical ops accept any Python int (numpy compares values).
+        strict = name not in _ACCEPT_ANY_INT
 
         def rule(x: Any, y: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:  # type: ignore[misc]
-            _check_int_fits(x, y)
-            _check_int_fits(y, x)
+            if strict:
+                _check_int_fits(x, y)
+                _check_int_fits(y, x)
             return broadcast_shapes(_shape_of(x), _shape_of(y)), ufunc_dtype(ufunc, x, y)
 
     op = define_op(
