@@ -1,0 +1,105 @@
+"""Smoke test of benchmarks/: each benchmark runs (tiny sizes) and reports well-formed results.
+
+Speed is never asserted here: the figures are for benchmarks/run_all.py to print.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import sys
+from typing import Any
+
+import pytest
+
+BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+# Benchmark module -> keyword arguments making its run() take a fraction of a second.
+TINY: dict[str, dict[str, Any]] = {
+    "bench_tiny_model": {"n_ops": 10, "rounds": 2, "reps": 3},
+    "bench_parallel_branches": {"n": 20_000, "chain_len": 2, "rounds": 2},
+    "bench_io_overlap": {"batches": 3, "n": 20_000, "io_ms": 1.0, "in_flight": 2, "rounds": 2},
+    "bench_await_overhead": {"n_ready": 500, "n_hops": 20, "rounds": 2},
+}
+
+
+def _import(name: str) -> Any:
+    if BENCH_DIR not in sys.path:
+        sys.path.insert(0, BENCH_DIR)
+    return importlib.import_module(name)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_result(result: dict[str, Any], quick: bool = True) -> None:
+    assert {"name", "title", "quick", "params", "rows", "figures", "targets", "notes"} <= set(
+        result
+    )
+    assert isinstance(result["name"], str) and result["name"]
+    assert result["quick"] is quick
+    assert result["rows"], "a benchmark must report at least one row"
+    for row in result["rows"]:
+        assert isinstance(row["measure"], str) and row["measure"]
+        assert _number(row["value"]), row
+        assert isinstance(row["unit"], str)
+        for key in ("ratio", "paired_ratio"):
+            assert row[key] is None or _number(row[key]), row
+    assert result["figures"]
+    for key, value in result["figures"].items():
+        assert _number(value), (key, value)
+    for key, target in result["targets"].items():
+        assert isinstance(target["passed"], bool), key
+        assert _number(target["value"]) and _number(target["limit"]), key
+        assert target["op"] in ("<=", ">=")
+    json.dumps(result)  # what run_all writes to results/latest.json
+
+
+@pytest.mark.parametrize("module_name", sorted(TINY))
+def test_benchmark_runs_and_reports(module_name: str) -> None:
+    module = _import(module_name)
+    assert callable(module.main)
+    result = module.run(quick=True, **TINY[module_name])
+    _check_result(result)
+
+
+def test_expected_targets_are_reported() -> None:
+    tiny = _import("bench_tiny_model").run(quick=True, **TINY["bench_tiny_model"])
+    assert "eager_vs_numpy" in tiny["targets"]
+    if _import("bench_tiny_model").torch is not None:
+        assert "eager_vs_torch" in tiny["targets"]
+    par = _import("bench_parallel_branches").run(quick=True, **TINY["bench_parallel_branches"])
+    assert "speedup" in par["targets"]
+    io = _import("bench_io_overlap").run(quick=True, **TINY["bench_io_overlap"])
+    assert "wall_vs_max" in io["targets"]
+
+
+def test_run_all_formats_and_saves(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_all = _import("run_all")
+    assert set(run_all.BENCHMARKS.values()) == set(TINY)
+    # run_all.main with every benchmark at its tiny size, one process, no real timing.
+    for module_name in run_all.BENCHMARKS.values():
+        module = _import(module_name)
+        monkeypatch.setattr(module, "run", _tiny_run(module.run, TINY[module_name]))
+    out = tmp_path / "latest.json"
+    run_all.main(["--quick", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert "| benchmark" in printed and "### Targets" in printed
+    report = json.loads(out.read_text())
+    assert report["quick"] is True
+    assert report["machine"]["cpu_count"] >= 1
+    assert set(report["results"]) == set(run_all.BENCHMARKS)
+    for result in report["results"].values():
+        _check_result(result)
+
+
+def _tiny_run(run: Any, sizes: dict[str, Any]) -> Any:
+    def tiny(quick: bool = False) -> dict[str, Any]:
+        return run(quick=quick, **sizes)
+
+    return tiny
