@@ -50,7 +50,7 @@ class Tensor(AsyncValue):
            [2., 2., 2.]], dtype=float32)
     """
 
-    __slots__ = ("_op", "_site", "device", "dtype", "shape")
+    __slots__ = ("_host", "_op", "_site", "device", "dtype", "shape")
 
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
@@ -155,15 +155,20 @@ class Tensor(AsyncValue):
         return self._host_value()
 
     def _host_value(self) -> np.ndarray:
+        try:
+            return self._host  # type: ignore[no-any-return]  # read before: no flags, no copy
+        except AttributeError:
+            pass
         if self._state == ERROR:
             raise self._value.to_exception(self._op)
         value = self._value
         if type(value) is not np.ndarray:
-            value = self.device.to_numpy(value)
+            value = np.asarray(self.device.to_numpy(value))
         # Handed-out arrays are read-only: they may share memory with other
         # tensors (views) that pending ops still read.
         if value.flags.writeable:
             value.flags.writeable = False
+        self._host = value
         return value
 
     def numpy(self, timeout: float | None = None) -> np.ndarray:

@@ -84,6 +84,8 @@ def asarray(
             f"asarray: eagerrt tensors hold numbers and bools, not {array.dtype} "
             f"(from {type(obj).__name__})"
         )
+    if type(array) is not np.ndarray:  # np.matrix and friends change operators' meaning
+        array = array.view(np.ndarray)
     if not array.dtype.isnative:
         # Kernels produce native-order results; keep every tensor native so the
         # metadata computed at the call always matches the data.

@@ -97,6 +97,7 @@ class Op:
         "_by_device",
         "_last1",
         "_last2",
+        "_specializers",
         "_static_names",
         "call1",
         "call2",
@@ -132,6 +133,7 @@ class Op:
             self._static_names = tuple(positional[operands:])
         self.cost: Cost = cost or elementwise_cost
         self.kernels: dict[str, Kernel] = {}
+        self._specializers: dict[str, Callable[..., Kernel | None]] = {}
         self._by_device: dict[Device, Kernel] = {}
         self._last1: tuple[Any, ...] | None = None
         self._last2: tuple[Any, ...] | None = None
@@ -156,6 +158,21 @@ class Op:
         self.kernels[device] = fn
         self._by_device.clear()
         self.forget_calls()
+
+    def specialize(self, device: str) -> Callable[[Callable[..., Kernel | None]], Any]:
+        """Decorator: ``fn(*args, **static)`` may return a faster kernel for these
+        operands' shapes and dtypes on ``device`` (or None to keep the usual one).
+
+        It runs on the general path, once per new signature; the fast path then
+        reuses its choice for every call with the same shapes and dtypes.
+        """
+
+        def register(fn: Callable[..., Kernel | None]) -> Callable[..., Kernel | None]:
+            self._specializers[device] = fn
+            self.forget_calls()
+            return fn
+
+        return register
 
     def forget_calls(self) -> None:
         """Drop the fast path's memory of the last call (kernels or costs changed)."""
@@ -243,6 +260,10 @@ class Op:
         except TypeError as exc:
             raise _at_call(DTypeError, self.name, args, static, str(exc)) from None
         kernel = self._by_device.get(dev) or self._kernel_for(dev)
+        if self._specializers:
+            specializer = self._specializers.get(dev.name)
+            if specializer is not None:
+                kernel = specializer(*args, **static) or kernel
 
         ready = True
         for a in args:
