@@ -94,10 +94,21 @@ def interleave(candidates: Mapping[str, Callable[[], float]], rounds: int) -> Sa
 
 
 async def interleave_async(
-    candidates: Mapping[str, Callable[[], float | Awaitable[float]]], rounds: int
+    candidates: Mapping[str, Callable[[], float | Awaitable[float]]],
+    rounds: int,
+    warm_up: bool = False,
 ) -> Samples:
-    """:func:`interleave` inside a running event loop; candidates may be async."""
+    """:func:`interleave` inside a running event loop; candidates may be async.
+
+    ``warm_up`` runs each candidate once first and discards it (compilation,
+    caches, thread start-up).
+    """
     names = list(candidates)
+    if warm_up:
+        for n in names:
+            v = candidates[n]()
+            if inspect.isawaitable(v):
+                await v
     samples = Samples(names)
     for i in range(rounds):
         values = {}
