@@ -33,7 +33,10 @@ from ._core.errors import (
 if TYPE_CHECKING:
     from .devices.base import Device
 
-__all__ = ["Tensor"]
+__all__ = ["Operand", "Tensor"]
+
+#: What an op accepts where a tensor goes: a tensor, numpy data, a Python number.
+Operand = Any
 
 _new = object.__new__
 
@@ -57,6 +60,7 @@ class Tensor(AsyncValue):
     device: Device
     _op: str
     _site: SourceLine | None
+    _host: np.ndarray
 
     # Tensors compare elementwise (ops install __eq__), so like numpy arrays they
     # are unhashable. numpy must hand binary operators back to the Tensor.
@@ -136,11 +140,11 @@ class Tensor(AsyncValue):
         return self._state != PENDING
 
     @property
-    def error(self) -> KernelError:  # type: ignore[override]
+    def error(self) -> KernelError:
         """The failure as a :class:`KernelError` (marks it observed)."""
         if self._state != ERROR:
             raise UsageError(f"tensor from {self._op!r} is {self.state}, not an error")
-        return self._value.to_exception(self._op)  # type: ignore[no-any-return]
+        return self._value.to_exception(self._op)
 
     # -- reading the data ----------------------------------------------------
     def _native(self) -> Any:
@@ -156,7 +160,7 @@ class Tensor(AsyncValue):
 
     def _host_value(self) -> np.ndarray:
         try:
-            return self._host  # type: ignore[no-any-return]  # read before: no flags, no copy
+            return self._host  # read before: no flags to check, nothing to copy
         except AttributeError:
             pass
         if self._state == ERROR:
@@ -246,7 +250,88 @@ class Tensor(AsyncValue):
         if not self.shape:
             raise TypeError("iteration over a 0-d tensor")
         for i in range(self.shape[0]):
-            yield self[i]  # type: ignore[index]
+            yield self[i]
+
+    if TYPE_CHECKING:
+        # Installed by eagerrt.ops.tensor_methods (ops make tensors and tensors
+        # call ops); declared here so type checkers and IDEs know them.
+        def __add__(self, other: Operand) -> Tensor: ...
+        def __radd__(self, other: Operand) -> Tensor: ...
+        def __sub__(self, other: Operand) -> Tensor: ...
+        def __rsub__(self, other: Operand) -> Tensor: ...
+        def __mul__(self, other: Operand) -> Tensor: ...
+        def __rmul__(self, other: Operand) -> Tensor: ...
+        def __truediv__(self, other: Operand) -> Tensor: ...
+        def __rtruediv__(self, other: Operand) -> Tensor: ...
+        def __floordiv__(self, other: Operand) -> Tensor: ...
+        def __rfloordiv__(self, other: Operand) -> Tensor: ...
+        def __mod__(self, other: Operand) -> Tensor: ...
+        def __rmod__(self, other: Operand) -> Tensor: ...
+        def __pow__(self, other: Operand) -> Tensor: ...
+        def __rpow__(self, other: Operand) -> Tensor: ...
+        def __matmul__(self, other: Operand) -> Tensor: ...
+        def __rmatmul__(self, other: Operand) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+        def __pos__(self) -> Tensor: ...
+        def __abs__(self) -> Tensor: ...
+        def __eq__(self, other: object) -> Tensor: ...  # type: ignore[override]
+        def __ne__(self, other: object) -> Tensor: ...  # type: ignore[override]
+        def __lt__(self, other: Operand) -> Tensor: ...
+        def __le__(self, other: Operand) -> Tensor: ...
+        def __gt__(self, other: Operand) -> Tensor: ...
+        def __ge__(self, other: Operand) -> Tensor: ...
+        def __getitem__(self, index: Any) -> Tensor: ...
+        def reshape(self, *shape: Any) -> Tensor: ...
+        def transpose(self, *axes: Any) -> Tensor: ...
+        @property
+        def T(self) -> Tensor: ...
+        def astype(self, dtype: Any, copy: bool = True) -> Tensor: ...
+        def to(self, device: str | Device) -> Tensor: ...
+        def sum(
+            self, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+        ) -> Tensor: ...
+        def mean(
+            self, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+        ) -> Tensor: ...
+        def prod(
+            self, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+        ) -> Tensor: ...
+        def max(
+            self, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+        ) -> Tensor: ...
+        def min(
+            self, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
+        ) -> Tensor: ...
+        def var(
+            self,
+            axis: Any = None,
+            dtype: Any = None,
+            out: None = None,
+            keepdims: bool = False,
+            ddof: float = 0,
+        ) -> Tensor: ...
+        def std(
+            self,
+            axis: Any = None,
+            dtype: Any = None,
+            out: None = None,
+            keepdims: bool = False,
+            ddof: float = 0,
+        ) -> Tensor: ...
+        def argmax(
+            self,
+            axis: int | None = None,
+            dtype: Any = None,
+            out: None = None,
+            keepdims: bool = False,
+        ) -> Tensor: ...
+        def argmin(
+            self,
+            axis: int | None = None,
+            dtype: Any = None,
+            out: None = None,
+            keepdims: bool = False,
+        ) -> Tensor: ...
 
     # -- display -------------------------------------------------------------
     def __repr__(self) -> str:

@@ -184,7 +184,7 @@ class AsyncValue:
         """The exception; raises :class:`AsyncValueStateError` unless an error."""
         if self._state != ERROR:
             raise AsyncValueStateError(f"AsyncValue is {self.state}, not an error")
-        return self._value  # type: ignore[no-any-return]
+        return self._value
 
     # -- producer side -------------------------------------------------------
     def set_value(self, value: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 __all__ = ["Config", "config", "sync_mode"]
 
@@ -58,6 +58,8 @@ class Config:
     op_overhead_ns: float = 400.0
     ns_per_element: float = 0.35
     ns_per_flop: float = 0.006
+    #: Derived, not a setting: the threshold in force (infinite in sync mode).
+    inline_limit_ns: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._listeners: list[Callable[[], None]] = []

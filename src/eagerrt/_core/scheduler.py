@@ -175,5 +175,5 @@ def synchronize(timeout: float | None = None) -> None:
     raise EagerErrorGroup(f"{len(errors)} eagerrt ops failed and nobody read them", errors)
 
 
-class EagerErrorGroup(EagerError, ExceptionGroup):  # type: ignore[misc]
+class EagerErrorGroup(EagerError, ExceptionGroup):
     """Several unread kernel failures, raised together by ``synchronize()``."""

@@ -39,6 +39,7 @@ from .._core.errors import (
     Failure,
     OutOfBoundsError,
     ShapeError,
+    SourceLine,
     UsageError,
     ValueRangeError,
     user_line,
@@ -308,6 +309,11 @@ class _KernelTask(Task):
     failure naming the op and its creation line."""
 
     __slots__ = ("args", "compute", "name", "site")
+
+    args: tuple[Any, ...]
+    compute: Callable[..., Any]
+    name: str
+    site: SourceLine | None
 
     def run(self) -> None:
         result = self.result

@@ -54,8 +54,6 @@ _BINARY = {
 for _dunder, _name in _BINARY.items():
     setattr(Tensor, f"__{_dunder}__", UFUNC_OPS[_name].call2)
     setattr(Tensor, f"__r{_dunder}__", _reflected(UFUNC_OPS[_name]))
-Tensor.__matmul__ = matmul.call2  # type: ignore[attr-defined]
-Tensor.__rmatmul__ = _reflected(matmul)  # type: ignore[attr-defined]
 for _dunder, _name in {
     "eq": "equal",
     "ne": "not_equal",
@@ -65,9 +63,6 @@ for _dunder, _name in {
     "ge": "greater_equal",
 }.items():
     setattr(Tensor, f"__{_dunder}__", _comparison(UFUNC_OPS[_name]))
-Tensor.__neg__ = UFUNC_OPS["negative"].call1  # type: ignore[attr-defined]
-Tensor.__pos__ = UFUNC_OPS["positive"].call1  # type: ignore[attr-defined]
-Tensor.__abs__ = UFUNC_OPS["abs"].call1  # type: ignore[attr-defined]
 
 
 def _getitem(self: Tensor, index: Any) -> Tensor:
@@ -110,12 +105,21 @@ def _to(self: Tensor, device: str | Device) -> Tensor:
     )
 
 
-Tensor.__getitem__ = _getitem  # type: ignore[attr-defined]
-Tensor.reshape = _reshape  # type: ignore[attr-defined]
-Tensor.transpose = _transpose  # type: ignore[attr-defined]
-Tensor.T = property(lambda self: transpose(self))  # type: ignore[attr-defined]
-Tensor.astype = _astype  # type: ignore[attr-defined]
-Tensor.to = _to  # type: ignore[attr-defined]
+_METHODS: dict[str, Any] = {
+    "__matmul__": matmul.call2,
+    "__rmatmul__": _reflected(matmul),
+    "__neg__": UFUNC_OPS["negative"].call1,
+    "__pos__": UFUNC_OPS["positive"].call1,
+    "__abs__": UFUNC_OPS["abs"].call1,
+    "__getitem__": _getitem,
+    "reshape": _reshape,
+    "transpose": _transpose,
+    "T": property(lambda self: transpose(self)),
+    "astype": _astype,
+    "to": _to,
+}
+for _attr, _method in _METHODS.items():
+    setattr(Tensor, _attr, _method)
 
 
 def _reduction_method(op: Op) -> Any:
