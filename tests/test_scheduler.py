@@ -215,7 +215,7 @@ def test_sync_mode_makes_every_op_ready_at_call_with_identical_results(gate) -> 
     pending_root = g(np.arange(3.0))
     before = ert.stats()
     with ert.sync_mode():
-        assert ert.config.sync is True
+        assert ert.config.sync_active is True
         sync_results = _workload(data)
         assert all(t.is_ready() for t in sync_results)
         with ert.config.override(inline_threshold_ns=0):
@@ -224,7 +224,7 @@ def test_sync_mode_makes_every_op_ready_at_call_with_identical_results(gate) -> 
         threading.Thread(target=g.open).start()
         dependent = pending_root + 1  # waits for its input right here
         assert dependent.is_ready()
-    assert ert.config.sync is False
+    assert ert.config.sync_active is False
     assert _delta(before, ert.stats())["offloaded"] == 0
     for got, want in zip(sync_results, eager, strict=True):
         got_np = got.numpy(timeout=0)

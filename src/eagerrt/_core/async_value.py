@@ -93,20 +93,25 @@ def _run_continuation(callback: Callable[[], object]) -> None:
     tramp.depth = depth + 1
     try:
         callback()
-    except BaseException:  # a continuation must never break the completing thread
+    except Exception:  # a continuation must never break the completing thread
         _log.exception("eagerrt: a continuation raised; it was dropped")
     finally:
         tramp.depth = depth
     if depth == 0:
         deferred = tramp.deferred
+        interrupt = None
         while deferred:
             tramp.depth = 1
             try:
                 deferred.popleft()()
-            except BaseException:
+            except Exception:
                 _log.exception("eagerrt: a continuation raised; it was dropped")
+            except BaseException as exc:  # Ctrl-C: finish the queue, then deliver it
+                interrupt = interrupt or exc
             finally:
                 tramp.depth = 0
+        if interrupt is not None:
+            raise interrupt
 
 
 def _drain_trampoline_until_available(value: AsyncValue) -> None:
@@ -114,7 +119,7 @@ def _drain_trampoline_until_available(value: AsyncValue) -> None:
     while deferred and value._state == PENDING:
         try:
             deferred.popleft()()
-        except BaseException:
+        except Exception:
             _log.exception("eagerrt: a continuation raised; it was dropped")
 
 
@@ -206,8 +211,14 @@ class AsyncValue:
             waiters = self._waiters
             self._waiters = None
         if waiters is not None:
+            interrupt = None
             for callback in waiters:
-                _run_continuation(callback)
+                try:
+                    _run_continuation(callback)
+                except BaseException as exc:  # wake every waiter before delivering it
+                    interrupt = interrupt or exc
+            if interrupt is not None:
+                raise interrupt
 
     # -- consumer side -------------------------------------------------------
     def and_then(self, callback: Callable[[], object]) -> None:
@@ -225,6 +236,13 @@ class AsyncValue:
                         waiters.append(callback)
                     return
         _run_continuation(callback)
+
+    def _discard_waiter(self, callback: Callable[[], object]) -> None:
+        """Forget a continuation that is no longer wanted (its awaiter was cancelled)."""
+        with _transition_lock:
+            waiters = self._waiters
+            if waiters is not None and callback in waiters:
+                waiters.remove(callback)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block this thread until the value is available; False on timeout.
@@ -262,12 +280,16 @@ class IndirectAsyncValue(AsyncValue):
     'hi'
     """
 
-    __slots__ = ()
+    __slots__ = ("_source",)
 
     def forward_to(self, source: AsyncValue) -> None:
-        """Take ``source``'s result (value or error) once it is available."""
+        """Take ``source``'s result (value or error) once it is available; once."""
         if source is self:
             raise AsyncValueStateError("an AsyncValue cannot forward to itself")
+        with _transition_lock:
+            if getattr(self, "_source", None) is not None or self._state != PENDING:
+                raise AsyncValueStateError("this IndirectAsyncValue is already forwarded")
+            self._source = source
         source.and_then(lambda: self._complete(source._state, source._value))
 
 

@@ -69,7 +69,11 @@ def _wait_asyncio(value: AsyncValue, loop: asyncio.AbstractEventLoop) -> Generat
             loop.call_soon_threadsafe(wake)
 
     value.and_then(on_available)
-    yield from future.__await__()
+    try:
+        yield from future.__await__()
+    except BaseException:  # cancelled: don't leave a dead waiter on a long-running value
+        value._discard_waiter(on_available)
+        raise
 
 
 async def _wait_trio(value: AsyncValue, trio: Any) -> None:
@@ -93,6 +97,7 @@ async def _wait_trio(value: AsyncValue, trio: Any) -> None:
 
     def abort(_raise_cancel: Any) -> Any:
         state["waiting"] = False
+        value._discard_waiter(on_available)
         return lowlevel.Abort.SUCCEEDED
 
     value.and_then(on_available)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 
@@ -46,8 +47,9 @@ class Config:
 
     #: Run every op inline at call time (``EAGERRT_SYNC=1``); results are identical.
     sync: bool = False
-    #: CPU worker threads (``EAGERRT_NUM_THREADS``); read when the pool starts.
-    num_threads: int = 2
+    #: CPU worker threads (``EAGERRT_NUM_THREADS``, default one per core). Read
+    #: once, when the CPU device first offloads work; later changes don't resize it.
+    num_threads: int = field(default_factory=lambda: os.cpu_count() or 2)
     #: Ops estimated to take at most this long run inline on the calling thread.
     #: Four worker round trips (measured 7-13 us here), so a hop adds at most a
     #: quarter to an offloaded op's latency.
@@ -63,13 +65,25 @@ class Config:
 
     def __post_init__(self) -> None:
         self._listeners: list[Callable[[], None]] = []
+        self._sync_scopes = 0  # open sync_mode() blocks
+        self._scope_lock = threading.Lock()
         self._update_limit()
+
+    @property
+    def sync_active(self) -> bool:
+        """True while ``sync`` is set or any ``sync_mode()`` block is open."""
+        return self.sync or self._sync_scopes > 0
 
     def _update_limit(self) -> None:
         # The one number the fast path compares a cost with (derived, not a
         # setting): sync mode inlines everything.
-        limit = float("inf") if self.sync else self.inline_threshold_ns
+        limit = float("inf") if self.sync_active else self.inline_threshold_ns
         object.__setattr__(self, "inline_limit_ns", limit)
+
+    def _enter_sync_scope(self, delta: int) -> None:
+        with self._scope_lock:
+            self._sync_scopes += delta
+            self._update_limit()
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
@@ -84,7 +98,11 @@ class Config:
         self._listeners.append(listener)
 
     def override(self, **changes: object) -> contextlib.AbstractContextManager[Config]:
-        """Temporarily change settings (process-wide) inside a ``with`` block."""
+        """Temporarily change settings (process-wide) inside a ``with`` block.
+
+        Blocks restore what they saved, so they must nest: for sync mode in
+        concurrent tasks, use :func:`sync_mode`, which counts open blocks.
+        """
         return _override(self, changes)
 
 
@@ -112,11 +130,13 @@ config = Config(
 )
 
 
-def sync_mode(enabled: bool = True) -> contextlib.AbstractContextManager[Config]:
+def sync_mode() -> contextlib.AbstractContextManager[Config]:
     """Run every op inline at call time inside the block (process-wide).
 
     For debugging (errors surface at the line that caused them) and for small
-    embedded models where a thread hop would cost more than the work.
+    embedded models where a thread hop would cost more than the work. Blocks
+    may overlap (concurrent tasks each opening one): sync mode lasts while any
+    is open.
 
     >>> import eagerrt as ert
     >>> with ert.sync_mode():
@@ -124,4 +144,13 @@ def sync_mode(enabled: bool = True) -> contextlib.AbstractContextManager[Config]
     ...     t.is_ready()
     True
     """
-    return config.override(sync=enabled)
+    return _sync_scope()
+
+
+@contextlib.contextmanager
+def _sync_scope() -> Iterator[Config]:
+    config._enter_sync_scope(+1)
+    try:
+        yield config
+    finally:
+        config._enter_sync_scope(-1)

@@ -12,9 +12,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
+import traceback
 import types
 from typing import NamedTuple
 
@@ -123,8 +125,17 @@ class Failure:
         self.op = op
         self.site = site
         self.cause = trim_traceback(cause)
+        # The traceback's frames would keep the kernel's inputs alive for as long
+        # as the failure is unread; keep where it happened, drop the locals.
+        traceback.clear_frames(self.cause.__traceback__)
         with _unobserved_lock:
             _unobserved[id(self)] = self
+            if len(_unobserved) > MAX_UNOBSERVED:
+                oldest = next(iter(_unobserved))
+                dropped = _unobserved.pop(oldest)
+                _log.warning(
+                    "eagerrt: dropped an unread failure (over %d kept): %r", MAX_UNOBSERVED, dropped
+                )
 
     def to_exception(self, reading: str | None = None) -> KernelError:
         """A fresh KernelError for one read, marking this failure observed."""
@@ -145,6 +156,9 @@ class Failure:
         return f"<Failure of {self.op!r}: {self.cause!r}>"
 
 
+#: Unread failures kept for synchronize(); past this the oldest is logged and dropped.
+MAX_UNOBSERVED = 1000
+_log = logging.getLogger("eagerrt")
 _unobserved_lock = threading.Lock()
 _unobserved: dict[int, Failure] = {}
 

@@ -15,13 +15,21 @@ completes its own result, plus a cost and an executor.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .async_value import AsyncValue, run_when_ready
+from .async_value import ERROR, AsyncValue, run_when_ready
 from .config import config
-from .errors import EagerError, KernelError, WaitTimeoutError, take_unobserved, unobserved_count
+from .errors import (
+    EagerError,
+    Failure,
+    KernelError,
+    WaitTimeoutError,
+    take_unobserved,
+    unobserved_count,
+)
 from .workers import _count_value
 
 __all__ = [
@@ -93,6 +101,21 @@ class Task:
             self.run()
         finally:
             _outstanding.pop(id(self.result), None)
+
+
+def _fail_outstanding_after_fork() -> None:
+    # The work in flight at fork time ran on threads the child does not have:
+    # fail it, so that waiting on it (or synchronize()) in the child says why
+    # rather than hanging.
+    lost = RuntimeError("the process forked while this op was running; it ran on in the parent")
+    for value in list(_outstanding.values()):
+        if not value.is_available():
+            value._complete(ERROR, Failure("<lost in fork>", None, lost))
+    _outstanding.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fail_outstanding_after_fork)
 
 
 def schedule(task: Task, pending_inputs: Sequence[AsyncValue]) -> None:

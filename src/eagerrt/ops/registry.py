@@ -96,8 +96,10 @@ class Op:
     __slots__ = (
         "__dict__",
         "_by_device",
+        "_generation",
         "_last1",
         "_last2",
+        "_operand_names",
         "_specializers",
         "_static_names",
         "call1",
@@ -124,20 +126,23 @@ class Op:
         #: arguments bind to the rule's next parameters as static ones, so
         #: ``ert.sum(x, 0)`` means ``ert.sum(x, axis=0)``. None: all are tensors.
         self.operands = operands
+        positional = [
+            p.name
+            for p in inspect.signature(rule).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
         self._static_names: tuple[str, ...] = ()
         if operands is not None:
-            positional = [
-                p.name
-                for p in inspect.signature(rule).parameters.values()
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            ]
             self._static_names = tuple(positional[operands:])
+        #: The rule's parameter names for operands, for operands given by keyword.
+        self._operand_names: tuple[str, ...] = tuple(positional[:operands])
         self.cost: Cost = cost or elementwise_cost
         self.kernels: dict[str, Kernel] = {}
         self._specializers: dict[str, Callable[..., Kernel | None]] = {}
         self._by_device: dict[Device, Kernel] = {}
         self._last1: tuple[Any, ...] | None = None
         self._last2: tuple[Any, ...] | None = None
+        self._generation = 0
         #: ``self(x)`` and ``self(x, y)`` as plain functions with the fast path:
         #: what Tensor's operators call.
         self.call1 = _fast_unary(self)
@@ -155,7 +160,14 @@ class Op:
         return register
 
     def register_kernel(self, device: str, fn: Kernel) -> None:
-        """Make ``fn(*arrays, **static)`` this op's kernel on ``device``."""
+        """Make ``fn(*arrays, **static)`` this op's kernel on ``device``.
+
+        A kernel gets device-native arrays (numpy arrays on the CPU) and returns
+        one of the rule's shape and dtype. On the CPU, a user kernel's list or
+        Python number is turned into an array for the ops that read it.
+        """
+        if _builtin_names and device in (GENERIC, "cpu"):
+            fn = _host_arrays_out(fn)
         self.kernels[device] = fn
         self._by_device.clear()
         self.forget_calls()
@@ -177,6 +189,8 @@ class Op:
 
     def forget_calls(self) -> None:
         """Drop the fast path's memory of the last call (kernels or costs changed)."""
+        # A call that looked up the old kernel must not store it after this.
+        self._generation += 1
         self._last1 = self._last2 = None
 
     def _kernel_for(self, device: Device) -> Kernel:
@@ -188,7 +202,6 @@ class Op:
                 f"op {self.name!r} has no kernel for device {device.name!r} "
                 f"(it has: {sorted(self.kernels) or 'none'})"
             )
-        self._by_device[device] = kernel
         return kernel
 
     def __repr__(self) -> str:
@@ -224,6 +237,79 @@ class Op:
             raise _at_call(DTypeError, self.name, args, static, f"got multiple values for {twice}")
         return args[:n], {**static, **bound}
 
+    def _operands_from_keywords(
+        self, args: tuple[Any, ...], static: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``ert.take(x, indices=i)``: operands named by keyword join ``args``, so
+        the op waits for them like any operand. Tensors can't be static.
+
+        With ``operands=n`` the first n rule parameters are operands; otherwise a
+        rule parameter given a tensor by keyword is one.
+        """
+        names = self._operand_names
+        fixed = self.operands is not None
+
+        def is_operand(name: str) -> bool:
+            return name in static and (fixed or isinstance(static[name], Tensor))
+
+        if any(map(is_operand, names)):
+            static = dict(static)
+            args = list(args)  # type: ignore[assignment]
+            for position, name in enumerate(names):
+                if not is_operand(name):
+                    continue
+                if position < len(args):
+                    raise _at_call(
+                        DTypeError,
+                        self.name,
+                        tuple(args),
+                        static,
+                        f"got multiple values for {name!r}",
+                    )
+                if position > len(args):
+                    raise _at_call(
+                        DTypeError,
+                        self.name,
+                        tuple(args),
+                        static,
+                        f"operand {name!r} given by keyword, but {names[len(args)]!r} is missing",
+                    )
+                args.append(static.pop(name))  # type: ignore[attr-defined]
+            args = tuple(args)
+        for key, value in static.items():
+            if isinstance(value, Tensor):
+                raise _at_call(
+                    DTypeError,
+                    self.name,
+                    args,
+                    static,
+                    f"{key}= is a static parameter and can't be a tensor "
+                    "(its value would be needed now, at the call)",
+                )
+        return args, static
+
+    def _convert_args(
+        self, args: tuple[Any, ...], static: dict[str, Any], scalars_ok: bool
+    ) -> tuple[Any, ...]:
+        from .creation import asarray
+
+        out = []
+        for a in args:
+            if type(a) is Tensor or (scalars_ok and isinstance(a, _SCALAR_TYPES)):
+                out.append(a)
+                continue
+            try:
+                out.append(asarray(a))
+            except UsageError as exc:
+                raise _at_call(
+                    DTypeError,
+                    self.name,
+                    args,
+                    static,
+                    f"cannot use {type(a).__name__} as an operand ({exc})",
+                ) from None
+        return tuple(out)
+
     def _failed(
         self, exc: Exception, shape: tuple[int, ...], dtype: np.dtype[Any], dev: Device
     ) -> Tensor:
@@ -231,22 +317,40 @@ class Op:
 
     def _call(self, args: tuple[Any, ...], device: Any, static: dict[str, Any]) -> Tensor:
         """The general path: conversions, the rule, then inline, park or offload."""
+        generation = self._generation
+        if static:
+            args, static = self._operands_from_keywords(args, static)
+        # Ops with a fixed number of operands take tensors only; the others (the
+        # elementwise ones) keep Python scalars weak, as numpy does.
+        scalars_ok = self.operands is None
         dev = None
         for a in args:
             if type(a) is Tensor:
                 if dev is None:
                     dev = a.device
                 elif a.device is not dev:
-                    dev = _common_device(self.name, args)
-                    break
-            elif not isinstance(a, _SCALAR_TYPES):
-                return self._call(_convert_args(self.name, args), device, static)
+                    devices = sorted({t.device.name for t in args if type(t) is Tensor})
+                    raise _at_call(
+                        DeviceError,
+                        self.name,
+                        args,
+                        static,
+                        f"operands are on different devices ({', '.join(devices)}); "
+                        "move them to one device first with t.to(device)",
+                    )
+            elif not (scalars_ok and isinstance(a, _SCALAR_TYPES)):
+                args = self._convert_args(args, static, scalars_ok)
+                return self._call(args, device, static)
         if dev is None:
             dev = get_device(device)
         elif device is not None and get_device(device) is not dev:
-            raise DeviceError(
-                f"{self.name}: operands are on {dev.name} but device={device!r} was asked for; "
-                "move them first with t.to(device)"
+            raise _at_call(
+                DeviceError,
+                self.name,
+                args,
+                static,
+                f"operands are on {dev.name} but device={device!r} was asked for; "
+                "move them first with t.to(device)",
             )
         try:
             shape, dtype = self.rule(*args, **static)
@@ -260,7 +364,11 @@ class Op:
             raise _at_call(ShapeError, self.name, args, static, str(exc)) from None
         except TypeError as exc:
             raise _at_call(DTypeError, self.name, args, static, str(exc)) from None
-        kernel = self._by_device.get(dev) or self._kernel_for(dev)
+        kernel = self._by_device.get(dev)
+        if kernel is None:
+            kernel = self._kernel_for(dev)
+            if self._generation == generation:
+                self._by_device[dev] = kernel
         if self._specializers:
             specializer = self._specializers.get(dev.name)
             if specializer is not None:
@@ -273,7 +381,13 @@ class Op:
                     return Tensor._failed(a._value, shape, dtype, dev, self.name)
                 ready = False
         cost = self.cost(shape, dtype, *args, **static)
-        if ready and not static and device is None and all(type(a) is Tensor for a in args):
+        if (
+            ready
+            and not static
+            and device is None
+            and self._generation == generation
+            and all(type(a) is Tensor for a in args)
+        ):
             if len(args) == 2:
                 a, b = args
                 self._last2 = (a.shape, b.shape, a.dtype, b.dtype, dev, shape, dtype, cost, kernel)
@@ -348,7 +462,7 @@ def launch(
     site = user_line()
     result = Tensor._pending(shape, dtype, device, name, site)
     pending = [a for a in args if type(a) is Tensor and a._state == PENDING]
-    if config.sync:  # every op runs at its call: wait for inputs made before sync mode
+    if config.sync_active:  # every op runs at its call: wait for inputs made earlier
         for a in pending:
             a.wait()
         pending = []
@@ -441,6 +555,24 @@ def _fast_unary(op: Op) -> Callable[[Any], Tensor]:
     return call1
 
 
+def _host_arrays_out(fn: Kernel) -> Kernel:
+    """Wrap a user's CPU kernel so a list, tuple or scalar result becomes an array
+    (other ops' kernels, and the fast path, count on numpy arrays)."""
+
+    def kernel(*args: Any, **static: Any) -> Any:
+        out = fn(*args, **static)
+        if type(out) is np.ndarray or not isinstance(out, _HOST_LIKE):
+            return out
+        return np.asarray(out)
+
+    kernel.__name__ = getattr(fn, "__name__", "kernel")
+    kernel.__wrapped__ = fn  # type: ignore[attr-defined]
+    return kernel
+
+
+_HOST_LIKE = (np.generic, list, tuple, bool, int, float, complex)
+
+
 def _describe(arg: Any) -> str:
     if type(arg) is Tensor:
         return f"{arg.dtype}[{', '.join(map(str, arg.shape))}]"
@@ -454,31 +586,6 @@ def _at_call(
     site = user_line()
     where = f"\n  at {site}" if site else ""
     return kind(f"{op}({', '.join(operands)}): {why}{where}")
-
-
-def _common_device(op: str, args: tuple[Any, ...]) -> Device:
-    devices = {a.device for a in args if type(a) is Tensor}
-    raise DeviceError(
-        f"{op}: operands are on different devices ({', '.join(sorted(d.name for d in devices))}); "
-        "move them to one device first with t.to(device)"
-    )
-
-
-def _convert_args(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    from .creation import asarray
-
-    out = []
-    for a in args:
-        if isinstance(a, (Tensor, *_SCALAR_TYPES)):
-            out.append(a)
-        else:
-            try:
-                out.append(asarray(a))
-            except UsageError as exc:
-                raise DTypeError(
-                    f"{op}: cannot use {type(a).__name__} as an operand ({exc})"
-                ) from None
-    return tuple(out)
 
 
 def define_op(
@@ -535,10 +642,3 @@ def get_op(name: str) -> Op:
 def registered_ops() -> dict[str, Op]:
     """A snapshot of every registered op, by name."""
     return dict(_registry)
-
-
-def check_axis(axis: int, ndim: int) -> int:
-    """Normalise a possibly negative axis, or raise a ShapeError."""
-    if not -ndim <= axis < ndim:
-        raise ShapeError(f"axis {axis} is out of range for a {ndim}-d tensor")
-    return axis + ndim if axis < 0 else axis
