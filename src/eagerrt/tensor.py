@@ -25,7 +25,6 @@ from ._core.errors import (
     Failure,
     KernelError,
     ShapeError,
-    SourceLine,
     UsageError,
     WaitTimeoutError,
 )
@@ -53,13 +52,15 @@ class Tensor(AsyncValue):
            [2., 2., 2.]], dtype=float32)
     """
 
-    __slots__ = ("_host", "_op", "_site", "device", "dtype", "shape")
+    # Born-ready tensors (the fast path) leave ``_waiters`` and ``_host`` unset:
+    # neither is read before it is written (``_host`` is a cache probed with
+    # try/except), and every assignment saved matters on the hottest line.
+    __slots__ = ("_host", "_op", "device", "dtype", "shape")
 
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
     device: Device
     _op: str
-    _site: SourceLine | None
     _host: np.ndarray
 
     # Tensors compare elementwise (ops install __eq__), so like numpy arrays they
@@ -90,7 +91,6 @@ class Tensor(AsyncValue):
         dtype: np.dtype[Any],
         device: Device,
         op: str,
-        site: SourceLine | None,
     ) -> Tensor:
         t = _new(cls)
         t._state = PENDING
@@ -100,7 +100,6 @@ class Tensor(AsyncValue):
         t.dtype = dtype
         t.device = device
         t._op = op
-        t._site = site
         return t
 
     @classmethod
@@ -138,6 +137,21 @@ class Tensor(AsyncValue):
     def is_ready(self) -> bool:
         """True once the data (or the failure) is there; never blocks."""
         return self._state != PENDING
+
+    @property
+    def value(self) -> np.ndarray:
+        """The data, read-only, on the host (raises unless available, like numpy())."""
+        if self._state == PENDING:
+            raise UsageError(
+                f"tensor from {self._op!r} is still pending: await it, or call .numpy()"
+            )
+        return self._host_value()
+
+    def set_value(self, value: Any) -> None:
+        raise UsageError("a tensor is completed by the op that made it, not by set_value")
+
+    def set_error(self, error: BaseException) -> None:
+        raise UsageError("a tensor is completed by the op that made it, not by set_error")
 
     @property
     def error(self) -> KernelError:
@@ -296,12 +310,6 @@ class Tensor(AsyncValue):
         def prod(
             self, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
         ) -> Tensor: ...
-        def max(
-            self, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
-        ) -> Tensor: ...
-        def min(
-            self, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False
-        ) -> Tensor: ...
         def var(
             self,
             axis: Any = None,
@@ -318,19 +326,13 @@ class Tensor(AsyncValue):
             keepdims: bool = False,
             ddof: float = 0,
         ) -> Tensor: ...
+        def max(self, axis: Any = None, out: None = None, keepdims: bool = False) -> Tensor: ...
+        def min(self, axis: Any = None, out: None = None, keepdims: bool = False) -> Tensor: ...
         def argmax(
-            self,
-            axis: int | None = None,
-            dtype: Any = None,
-            out: None = None,
-            keepdims: bool = False,
+            self, axis: int | None = None, out: None = None, keepdims: bool = False
         ) -> Tensor: ...
         def argmin(
-            self,
-            axis: int | None = None,
-            dtype: Any = None,
-            out: None = None,
-            keepdims: bool = False,
+            self, axis: int | None = None, out: None = None, keepdims: bool = False
         ) -> Tensor: ...
 
     # -- display -------------------------------------------------------------

@@ -124,10 +124,12 @@ class Failure:
     def __init__(self, op: str, site: SourceLine | None, cause: BaseException) -> None:
         self.op = op
         self.site = site
+        whole = cause.__traceback__
         self.cause = trim_traceback(cause)
-        # The traceback's frames would keep the kernel's inputs alive for as long
-        # as the failure is unread; keep where it happened, drop the locals.
-        traceback.clear_frames(self.cause.__traceback__)
+        # The kernel's frames (finished by now) would keep its inputs alive for as
+        # long as the failure is kept: keep where it happened, drop their locals.
+        # The creating frame is still running and is skipped; it drops its own.
+        traceback.clear_frames(whole)
         with _unobserved_lock:
             _unobserved[id(self)] = self
             if len(_unobserved) > MAX_UNOBSERVED:

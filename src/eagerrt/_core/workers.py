@@ -82,10 +82,12 @@ class WorkerPool:
                 _log.exception("eagerrt: a task on %s raised", self.name)
             finally:
                 next(finished)
+                task = None  # an idle worker holds nothing of its last task
 
     def queue_depth(self) -> int:
         """Tasks submitted but not finished (queued or running)."""
-        return _count_value(self._submitted) - _count_value(self._finished)
+        # Two reads, not one atomic snapshot: clamp the brief negative window.
+        return max(0, _count_value(self._submitted) - _count_value(self._finished))
 
     def threads(self) -> list[threading.Thread]:
         return list(self._threads)

@@ -8,6 +8,7 @@ release the GIL, so independent heavy ops really run side by side.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -33,13 +34,17 @@ class CPUDevice(Device):
 
     def __init__(self) -> None:
         self._pool: WorkerPool | None = None
+        self._pool_lock = threading.Lock()
 
     @property
     def executor(self) -> WorkerPool:
         pool = self._pool
         if pool is None:
-            pool = self._pool = WorkerPool(config.num_threads, "cpu")
-            register_executor(pool)
+            with self._pool_lock:  # two first offloads must not make two pools
+                pool = self._pool
+                if pool is None:
+                    pool = self._pool = WorkerPool(config.num_threads, "cpu")
+                    register_executor(pool)
         return pool
 
     def from_numpy(self, array: np.ndarray) -> np.ndarray:

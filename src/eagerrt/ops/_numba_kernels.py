@@ -32,7 +32,9 @@ def gelu_erf(x: np.ndarray) -> np.ndarray:
     return out.reshape(x.shape)
 
 
-@numba.njit(nogil=True, cache=True)
+# error_model="numpy": a fully masked (all -inf) row divides by zero and must give
+# nan, as numpy does, not raise.
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _softmax_rows(x: Any, out: Any, log: bool) -> None:  # pragma: no cover - compiled
     rows, cols = x.shape
     for r in range(rows):
@@ -40,7 +42,7 @@ def _softmax_rows(x: Any, out: Any, log: bool) -> None:  # pragma: no cover - co
         for c in range(cols):
             if x[r, c] > peak:
                 peak = x[r, c]
-        if peak == -np.inf:  # an all -inf row: keep numpy's nan result
+        if peak == -np.inf:  # an all -inf row: every exp is 0, and 0/0 gives nan below
             peak = 0.0
         total = 0.0
         for c in range(cols):

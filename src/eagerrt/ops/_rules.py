@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -11,6 +12,8 @@ from .._core.errors import DTypeError, ShapeError
 from ..tensor import Tensor
 
 __all__ = [
+    "NUMERIC_KINDS",
+    "as_float",
     "broadcast_shapes",
     "dtype_key",
     "normalize_axes",
@@ -85,13 +88,24 @@ def ufunc_dtype(ufunc: np.ufunc, *args: Any) -> np.dtype[Any]:
 
 
 def to_dtype(dtype: Any) -> np.dtype[Any]:
-    """``dtype`` as a numpy dtype, or a DTypeError."""
-    if isinstance(dtype, np.dtype):
-        return dtype
-    try:
-        return np.dtype(dtype)
-    except TypeError as exc:
-        raise DTypeError(f"{dtype!r} is not a dtype ({exc})") from None
+    """``dtype`` as a numeric or bool numpy dtype, or a DTypeError."""
+    if not isinstance(dtype, np.dtype):
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError as exc:
+            raise DTypeError(f"{dtype!r} is not a dtype ({exc})") from None
+    if dtype.kind not in NUMERIC_KINDS:
+        raise DTypeError(f"eagerrt tensors hold numbers and bools, not {dtype}")
+    return dtype
+
+
+#: numpy dtype kinds a tensor may have: bool, ints, unsigned, floats, complex.
+NUMERIC_KINDS = frozenset("biufc")
+
+
+def as_float(x: Any) -> Any:
+    """A kernel's input in the float dtype numpy's ``exp`` would give it."""
+    return np.asarray(x, dtype=ufunc_dtype(np.exp, x))
 
 
 def normalize_axis(axis: Any, ndim: int) -> int:
@@ -115,14 +129,16 @@ def normalize_axes(axis: int | Iterable[int] | None, ndim: int) -> tuple[int, ..
     return tuple(sorted(axes))
 
 
-def shape_tuple(shape: int | Sequence[int], what: str = "shape") -> tuple[int, ...]:
-    """A user's shape argument as a tuple of non-negative ints."""
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (int(shape),)
+def shape_tuple(
+    shape: int | Sequence[int], what: str = "shape", allow_unknown: bool = False
+) -> tuple[int, ...]:
+    """A user's shape argument as a tuple of non-negative ints (-1 allowed if
+    ``allow_unknown``: reshape's inferred dimension)."""
+    dims: Any = (shape,) if isinstance(shape, (int, np.integer)) else shape
     try:
-        out = tuple(int(d) for d in shape)  # type: ignore[union-attr]
+        out = tuple(map(operator.index, dims))  # 2.5 is refused, not truncated
     except TypeError:
         raise DTypeError(f"{what} must be an int or a sequence of ints, got {shape!r}") from None
-    if any(d < 0 for d in out):
+    if any(d < (-1 if allow_unknown else 0) for d in out):
         raise ShapeError(f"{what} {out} has a negative dimension")
     return out

@@ -14,17 +14,18 @@ array([0, 1, 2, 3])
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .._core.errors import DTypeError, ShapeError
+from .._core.errors import DeviceError, DTypeError, ShapeError
 from ..devices import get_device
 from ..devices.base import Device
 from ..tensor import Tensor
 from ._rules import shape_tuple, to_dtype
-from .registry import GENERIC, define_op
+from .registry import GENERIC, define_op, elementwise_cost
 
 __all__ = [
     "arange",
@@ -60,7 +61,9 @@ def asarray(
     dev = get_device(device)
     if isinstance(obj, Tensor):
         if obj.device is not dev and device is not None:
-            raise DTypeError(f"asarray: tensor is on {obj.device}, asked for {dev}")
+            raise DeviceError(
+                f"asarray: the tensor is on {obj.device}, not {dev}; move it with t.to({dev.name!r})"
+            )
         if dtype is not None and to_dtype(dtype) != obj.dtype:
             from .manipulation import astype
 
@@ -98,19 +101,16 @@ def asarray(
     return Tensor._ready(dev.from_numpy(array), array.shape, array.dtype, dev, "asarray")
 
 
-def _filled_cost(out_shape: tuple[int, ...], out_dtype: np.dtype[Any], /, **static: Any) -> float:
-    from .registry import elementwise_cost
-
-    return elementwise_cost(out_shape, out_dtype)
-
-
 def _fill_rule(
     *, shape: Any, dtype: Any, fill: Any = None
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    return shape_tuple(shape), to_dtype(dtype)
+    dt = to_dtype(dtype)
+    if fill is not None:
+        np.full(0, fill, dt)  # numpy's own errors now: int8 and 300, a non-number
+    return shape_tuple(shape), dt
 
 
-_fill = define_op("fill", _fill_rule, cost=_filled_cost, doc="A tensor of one repeated value.")
+_fill = define_op("fill", _fill_rule, cost=elementwise_cost, doc="A tensor of one repeated value.")
 
 
 @_fill.kernel()
@@ -120,6 +120,10 @@ def _fill_kernel(*, shape: tuple[int, ...], dtype: Any, fill: Any = None) -> np.
     if fill == 0:
         return np.zeros(shape, dtype)
     return np.full(shape, fill, dtype)
+
+
+def _as_tensor(x: Any) -> Tensor:
+    return x if isinstance(x, Tensor) else asarray(x)
 
 
 def _fill_dtype(value: Any, dtype: Any) -> np.dtype[Any]:
@@ -162,25 +166,29 @@ def full(
     return _fill(shape=shape, dtype=_fill_dtype(fill_value, dtype), fill=fill_value, device=device)
 
 
-def zeros_like(x: Tensor, dtype: Any = None) -> Tensor:
+def zeros_like(x: Any, dtype: Any = None) -> Tensor:
     """Zeros with ``x``'s shape, dtype and device; ``x`` need not be ready."""
+    x = _as_tensor(x)
     return _fill(shape=x.shape, dtype=x.dtype if dtype is None else dtype, fill=0, device=x.device)
 
 
-def ones_like(x: Tensor, dtype: Any = None) -> Tensor:
+def ones_like(x: Any, dtype: Any = None) -> Tensor:
     """Ones with ``x``'s shape, dtype and device; ``x`` need not be ready."""
+    x = _as_tensor(x)
     return _fill(shape=x.shape, dtype=x.dtype if dtype is None else dtype, fill=1, device=x.device)
 
 
-def empty_like(x: Tensor, dtype: Any = None) -> Tensor:
+def empty_like(x: Any, dtype: Any = None) -> Tensor:
     """Unspecified contents with ``x``'s shape, dtype and device."""
+    x = _as_tensor(x)
     return _fill(
         shape=x.shape, dtype=x.dtype if dtype is None else dtype, fill=None, device=x.device
     )
 
 
-def full_like(x: Tensor, fill_value: Any, dtype: Any = None) -> Tensor:
+def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Tensor:
     """``fill_value`` with ``x``'s shape and device, in ``x``'s dtype unless given."""
+    x = _as_tensor(x)
     return _fill(
         shape=x.shape, dtype=x.dtype if dtype is None else dtype, fill=fill_value, device=x.device
     )
@@ -202,7 +210,7 @@ def _arange_rule(
     return (length,), to_dtype(dtype)
 
 
-_arange = define_op("arange", _arange_rule, cost=_filled_cost, doc="Evenly spaced values.")
+_arange = define_op("arange", _arange_rule, cost=elementwise_cost, doc="Evenly spaced values.")
 _arange.register_kernel(
     GENERIC, lambda *, start, stop, step, dtype: np.arange(start, stop, step, dtype=dtype)
 )
@@ -225,6 +233,7 @@ def arange(
 def _linspace_rule(
     *, start: Any, stop: Any, num: int, endpoint: bool, dtype: Any
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    num = operator.index(num)
     if num < 0:
         raise ShapeError(f"linspace: num must be non-negative, got {num}")
     if dtype is None:  # numpy's own choice, from an empty request of the same types
@@ -232,7 +241,9 @@ def _linspace_rule(
     return (int(num),), to_dtype(dtype)
 
 
-_linspace = define_op("linspace", _linspace_rule, cost=_filled_cost, doc="Evenly spaced samples.")
+_linspace = define_op(
+    "linspace", _linspace_rule, cost=elementwise_cost, doc="Evenly spaced samples."
+)
 _linspace.register_kernel(
     GENERIC,
     lambda *, start, stop, num, endpoint, dtype: np.linspace(
@@ -257,10 +268,13 @@ def linspace(
 def _eye_rule(
     *, n: int, m: int | None, k: int, dtype: Any
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    operator.index(k)
     return shape_tuple((n, n if m is None else m)), to_dtype(dtype)
 
 
-_eye = define_op("eye", _eye_rule, cost=_filled_cost, doc="Ones on a diagonal, zeros elsewhere.")
+_eye = define_op(
+    "eye", _eye_rule, cost=elementwise_cost, doc="Ones on a diagonal, zeros elsewhere."
+)
 _eye.register_kernel(GENERIC, lambda *, n, m, k, dtype: np.eye(n, m, k, dtype=dtype))
 
 

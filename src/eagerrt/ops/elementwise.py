@@ -21,8 +21,8 @@ import numpy as np
 from .._core.config import config
 from .._core.errors import DTypeError, ShapeError
 from ..tensor import Tensor
-from ._rules import broadcast_shapes, dtype_key, ufunc_dtype
-from .registry import GENERIC, Op, define_op
+from ._rules import as_float, broadcast_shapes, dtype_key, ufunc_dtype
+from .registry import GENERIC, Op, call_error, define_op
 
 __all__ = [
     "BINARY_UFUNCS",
@@ -158,7 +158,7 @@ sigmoid = define_op(
 
 @sigmoid.kernel()
 def _sigmoid(x: Any) -> Any:
-    x = np.asarray(x, dtype=ufunc_dtype(np.exp, x))
+    x = as_float(x)
     out = np.tanh(x * 0.5)
     out += 1
     out *= 0.5
@@ -195,7 +195,7 @@ gelu = define_op(
 
 @gelu.kernel()
 def _gelu(x: Any, approximate: str = "none") -> Any:
-    x = np.asarray(x, dtype=ufunc_dtype(np.exp, x))
+    x = as_float(x)
     if approximate == "tanh":
         inner = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))
         return 0.5 * x * (1 + inner)
@@ -254,7 +254,7 @@ def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
     array([0. , 0.5, 1. ])
     """
     if min is None and max is None:
-        raise ShapeError("clip needs at least one of min and max")
+        raise call_error(ShapeError, "clip", (x,), {}, "needs at least one of min and max")
     if min is None:  # numpy's own clip does the same
         return UFUNC_OPS["minimum"](x, max)
     if max is None:

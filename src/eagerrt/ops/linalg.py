@@ -87,10 +87,11 @@ def _tensordot_axes(
     right = (right,) if isinstance(right, (int, np.integer)) else tuple(right)
     if len(left) != len(right):
         raise ShapeError(f"axes {left} and {right} differ in length")
-    return (
-        tuple(normalize_axis(x, a.ndim) for x in left),
-        tuple(normalize_axis(x, b.ndim) for x in right),
-    )
+    left_axes = tuple(normalize_axis(x, a.ndim) for x in left)
+    right_axes = tuple(normalize_axis(x, b.ndim) for x in right)
+    if len(set(left_axes)) != len(left_axes) or len(set(right_axes)) != len(right_axes):
+        raise ShapeError(f"repeated axis in axes={axes!r}")
+    return left_axes, right_axes
 
 
 def _tensordot_rule(

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .._core.config import config
-from .._core.errors import DTypeError, OutOfBoundsError, ShapeError
+from .._core.errors import DTypeError, OutOfBoundsError, ShapeError, UsageError
 from ..tensor import Tensor
 from ._rules import broadcast_shapes, normalize_axes, normalize_axis, shape_tuple, to_dtype
-from .registry import GENERIC, define_op
+from .registry import GENERIC, call_error, define_op, elementwise_cost
 
 __all__ = [
     "astype",
@@ -44,10 +45,6 @@ def _view_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **st
     return config.op_overhead_ns
 
 
-def _copy_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **static: Any) -> float:
-    return config.op_overhead_ns + math.prod(shape) * config.ns_per_element
-
-
 def _need_tensor(op: str, x: Any) -> Tensor:
     if type(x) is not Tensor:
         raise TypeError(f"{op} needs a tensor, got {type(x).__name__}")
@@ -59,7 +56,7 @@ def _reshape_rule(x: Any, shape: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     x = _need_tensor("reshape", x)
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
-    dims = [int(d) for d in shape]
+    dims = list(shape_tuple(shape, allow_unknown=True))
     unknown = [i for i, d in enumerate(dims) if d == -1]
     if len(unknown) > 1 or any(d < -1 for d in dims):
         raise ShapeError(f"invalid target shape {tuple(dims)}: at most one -1, no other negatives")
@@ -200,7 +197,9 @@ def _concat_kernel(*xs: Any, axis: int | None = 0) -> Any:
     return np.concatenate(xs, axis=axis)
 
 
-_concat = define_op("concat", _concat_rule, cost=_copy_cost, doc="Join tensors along an axis.")
+_concat = define_op(
+    "concat", _concat_rule, cost=elementwise_cost, doc="Join tensors along an axis."
+)
 _concat.register_kernel(GENERIC, _concat_kernel)
 
 
@@ -228,7 +227,9 @@ def _stack_rule(*xs: Any, axis: int = 0) -> tuple[tuple[int, ...], np.dtype[Any]
     return shape, np.result_type(*(x.dtype for x in xs))
 
 
-_stack = define_op("stack", _stack_rule, cost=_copy_cost, doc="Join tensors along a new axis.")
+_stack = define_op(
+    "stack", _stack_rule, cost=elementwise_cost, doc="Join tensors along a new axis."
+)
 _stack.register_kernel(GENERIC, lambda *xs, axis=0: np.stack(xs, axis=axis))
 
 
@@ -254,25 +255,31 @@ def split(x: Any, indices_or_sections: int | Sequence[int], axis: int = 0) -> li
     from .creation import asarray
 
     x = x if type(x) is Tensor else asarray(x)
+    static = {"indices_or_sections": indices_or_sections, "axis": axis}
     try:
-        ax = normalize_axis(axis, x.ndim)
-    except ShapeError as exc:
-        raise ShapeError(f"split: {exc}") from None
+        bounds, ax = _split_bounds(x, indices_or_sections, axis)
+    except UsageError as exc:
+        raise call_error(type(exc), "split", (x,), static, str(exc)) from None
+    lead = (slice(None),) * ax
+    return [getitem(x, index=(*lead, slice(a, b))) for a, b in bounds]
+
+
+def _split_bounds(
+    x: Tensor, indices_or_sections: int | Sequence[int], axis: int
+) -> tuple[list[tuple[int, int]], int]:
+    ax = normalize_axis(axis, x.ndim)
     n = x.shape[ax]
     if isinstance(indices_or_sections, (int, np.integer)):
         sections = int(indices_or_sections)
         if sections <= 0 or n % sections:
-            raise ShapeError(
-                f"split: {sections} sections do not divide axis {ax} of size {n} equally"
-            )
+            raise ShapeError(f"{sections} sections do not divide axis {ax} of size {n} equally")
         step = n // sections
-        bounds = [(i * step, (i + 1) * step) for i in range(sections)]
-    else:
-        cuts = [int(i) for i in indices_or_sections]
-        edges = [0, *cuts, n]
-        bounds = list(itertools.pairwise(edges))
-    lead = (slice(None),) * ax
-    return [getitem(x, index=(*lead, slice(a, b))) for a, b in bounds]
+        return [(i * step, (i + 1) * step) for i in range(sections)], ax
+    try:
+        cuts = [operator.index(i) for i in indices_or_sections]
+    except TypeError:
+        raise DTypeError(f"indices must be ints, got {indices_or_sections!r}") from None
+    return list(itertools.pairwise([0, *cuts, n])), ax
 
 
 # -- indexing ------------------------------------------------------------------------
@@ -319,7 +326,7 @@ def _take_rule(
 take = define_op(
     "take",
     _take_rule,
-    cost=_copy_cost,
+    cost=elementwise_cost,
     operands=2,
     doc="Gather elements by integer indices along ``axis``; a bad index fails on read.",
 )
@@ -333,6 +340,6 @@ def _astype_rule(x: Any, dtype: Any, copy: bool = True) -> tuple[tuple[int, ...]
 
 
 astype = define_op(
-    "astype", _astype_rule, cost=_copy_cost, operands=1, doc="Cast to another dtype."
+    "astype", _astype_rule, cost=elementwise_cost, operands=1, doc="Cast to another dtype."
 )
 astype.register_kernel(GENERIC, lambda x, dtype, copy=True: x.astype(dtype, copy=copy))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..tensor import Tensor
-from ._rules import normalize_axis, ufunc_dtype
+from ._rules import as_float, normalize_axis, ufunc_dtype
 from .elementwise import scaled_cost
 from .registry import GENERIC, define_op
 
@@ -40,10 +40,10 @@ def _softmax_numpy(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
 
 def _softmax_kernels(log: bool) -> tuple[Any, Any]:
     def generic(x: Any, axis: int = -1) -> np.ndarray:
-        return _softmax_numpy(np.asarray(x, dtype=ufunc_dtype(np.exp, x)), axis, log)
+        return _softmax_numpy(as_float(x), axis, log)
 
     def cpu(x: Any, axis: int = -1) -> np.ndarray:
-        x = np.asarray(x, dtype=ufunc_dtype(np.exp, x))
+        x = as_float(x)
         last = x.ndim >= 1 and normalize_axis(axis, x.ndim) == x.ndim - 1
         if last and x.dtype in (np.float32, np.float64) and x.shape[-1] >= 16 and x.size:
             from ._numba_kernels import softmax_last_axis

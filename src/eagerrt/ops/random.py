@@ -14,6 +14,7 @@ True
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -42,7 +43,10 @@ def seed(value: int) -> None:
 
 def _next_seed(explicit: int | None) -> int:
     if explicit is not None:
-        return int(explicit)
+        seed = operator.index(explicit)
+        if seed < 0:
+            raise DTypeError(f"seed must be a non-negative int, got {explicit!r}")
+        return seed
     with _seed_lock:
         return int(_seeds.integers(2**63))
 
@@ -53,6 +57,9 @@ def _random_rule(
     dt = to_dtype(dtype)
     if dt not in (np.float32, np.float64):
         raise DTypeError(f"random {dist} supports float32 and float64, not {dt}")
+    for name, number in (("low/mean", a), ("high/std", b)):
+        if not isinstance(number, (int, float, np.integer, np.floating)):
+            raise DTypeError(f"{name} must be a real number, got {number!r}")
     return shape_tuple(shape), dt
 
 

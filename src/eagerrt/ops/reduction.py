@@ -20,7 +20,7 @@ import numpy as np
 from .._core.config import config
 from .._core.errors import ShapeError
 from ..tensor import Tensor
-from ._rules import normalize_axes, normalize_axis
+from ._rules import normalize_axes, normalize_axis, to_dtype
 from .registry import GENERIC, Op, define_op
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "prod", "std", "sum", "var"]
@@ -79,7 +79,13 @@ def _reduction(
         axes = normalize_axes(axis, x.ndim)
         if needs_elements and any(x.shape[a] == 0 for a in axes):
             raise ShapeError(f"{name} of an empty selection has no identity; the axis is empty")
-        return _reduced_shape(x.shape, axes, keepdims), result_dtype(x.dtype)
+        dtype = params.get("dtype")
+        if dtype is None:
+            out = result_dtype(x.dtype)
+        else:  # numpy's dtype= rules (and refusals), from a two-element stand-in
+            stand_in = np.ones((2, 1), x.dtype)
+            out = np.asarray(kernel(stand_in, axis=0, dtype=to_dtype(dtype))).dtype
+        return _reduced_shape(x.shape, axes, keepdims), out
 
     op = define_op(
         name, rule, cost=_reduction_cost, operands=1, doc=f"``numpy.{name}`` over ``axis``."
@@ -92,13 +98,13 @@ def _reduction(
     return op
 
 
-sum = _reduction("sum", np.sum, _accumulate_dtype)
-prod = _reduction("prod", np.prod, _accumulate_dtype)
-mean = _reduction("mean", np.mean, _mean_dtype)
+sum = _reduction("sum", np.sum, _accumulate_dtype, extra=("dtype",))
+prod = _reduction("prod", np.prod, _accumulate_dtype, extra=("dtype",))
+mean = _reduction("mean", np.mean, _mean_dtype, extra=("dtype",))
 max = _reduction("max", np.max, lambda d: d, needs_elements=True)
 min = _reduction("min", np.min, lambda d: d, needs_elements=True)
-var = _reduction("var", np.var, _var_dtype, extra=("ddof",))
-std = _reduction("std", np.std, _var_dtype, extra=("ddof",))
+var = _reduction("var", np.var, _var_dtype, extra=("ddof", "dtype"))
+std = _reduction("std", np.std, _var_dtype, extra=("ddof", "dtype"))
 
 
 def _arg_reduction(name: str, kernel: Callable[..., Any]) -> Op:

@@ -55,6 +55,7 @@ __all__ = [
     "define_op",
     "elementwise_cost",
     "get_op",
+    "call_error",
     "launch",
     "registered_ops",
 ]
@@ -223,7 +224,7 @@ class Op:
         n = self.operands or 0
         extra = args[n:]
         if len(extra) > len(self._static_names):
-            raise _at_call(
+            raise call_error(
                 DTypeError,
                 self.name,
                 args,
@@ -234,7 +235,9 @@ class Op:
         bound = dict(zip(self._static_names, extra, strict=False))
         twice = sorted(set(bound) & set(static))
         if twice:
-            raise _at_call(DTypeError, self.name, args, static, f"got multiple values for {twice}")
+            raise call_error(
+                DTypeError, self.name, args, static, f"got multiple values for {twice}"
+            )
         return args[:n], {**static, **bound}
 
     def _operands_from_keywords(
@@ -259,7 +262,7 @@ class Op:
                 if not is_operand(name):
                     continue
                 if position < len(args):
-                    raise _at_call(
+                    raise call_error(
                         DTypeError,
                         self.name,
                         tuple(args),
@@ -267,7 +270,7 @@ class Op:
                         f"got multiple values for {name!r}",
                     )
                 if position > len(args):
-                    raise _at_call(
+                    raise call_error(
                         DTypeError,
                         self.name,
                         tuple(args),
@@ -278,7 +281,7 @@ class Op:
             args = tuple(args)
         for key, value in static.items():
             if isinstance(value, Tensor):
-                raise _at_call(
+                raise call_error(
                     DTypeError,
                     self.name,
                     args,
@@ -301,7 +304,7 @@ class Op:
             try:
                 out.append(asarray(a))
             except UsageError as exc:
-                raise _at_call(
+                raise call_error(
                     DTypeError,
                     self.name,
                     args,
@@ -330,7 +333,7 @@ class Op:
                     dev = a.device
                 elif a.device is not dev:
                     devices = sorted({t.device.name for t in args if type(t) is Tensor})
-                    raise _at_call(
+                    raise call_error(
                         DeviceError,
                         self.name,
                         args,
@@ -344,7 +347,7 @@ class Op:
         if dev is None:
             dev = get_device(device)
         elif device is not None and get_device(device) is not dev:
-            raise _at_call(
+            raise call_error(
                 DeviceError,
                 self.name,
                 args,
@@ -355,15 +358,15 @@ class Op:
         try:
             shape, dtype = self.rule(*args, **static)
         except UsageError as exc:
-            raise _at_call(type(exc), self.name, args, static, str(exc)) from None
+            raise call_error(type(exc), self.name, args, static, str(exc)) from None
         except IndexError as exc:
-            raise _at_call(OutOfBoundsError, self.name, args, static, str(exc)) from None
+            raise call_error(OutOfBoundsError, self.name, args, static, str(exc)) from None
         except OverflowError as exc:
-            raise _at_call(ValueRangeError, self.name, args, static, str(exc)) from None
+            raise call_error(ValueRangeError, self.name, args, static, str(exc)) from None
         except ValueError as exc:
-            raise _at_call(ShapeError, self.name, args, static, str(exc)) from None
+            raise call_error(ShapeError, self.name, args, static, str(exc)) from None
         except TypeError as exc:
-            raise _at_call(DTypeError, self.name, args, static, str(exc)) from None
+            raise call_error(DTypeError, self.name, args, static, str(exc)) from None
         kernel = self._by_device.get(dev)
         if kernel is None:
             kernel = self._kernel_for(dev)
@@ -399,6 +402,7 @@ class Op:
             try:
                 value = kernel(*[a._value if type(a) is Tensor else a for a in args], **static)
             except Exception as exc:  # the failure belongs to the result, not the call
+                args = ()  # see _KernelTask.run: the failure must not keep the inputs
                 return self._failed(exc, shape, dtype, dev)
             return Tensor._ready(value, shape, dtype, dev, self.name)
         return self._launch(kernel, args, static, shape, dtype, dev, cost)
@@ -431,16 +435,22 @@ class _KernelTask(Task):
 
     def run(self) -> None:
         result = self.result
-        args = self.args
-        for a in args:
-            if type(a) is Tensor and a._state == ERROR:
-                result._complete(ERROR, a._value)
-                return
-        try:
-            value = self.compute(*[a._value if type(a) is Tensor else a for a in args])
-        except Exception as exc:
-            result._complete(ERROR, Failure(self.name, self.site, exc))
+        failed = next((a for a in self.args if type(a) is Tensor and a._state == ERROR), None)
+        if failed is not None:
+            result._complete(ERROR, failed._value)
             return
+        try:
+            value = self.compute(*[a._value if type(a) is Tensor else a for a in self.args])
+        except BaseException as exc:
+            # The inputs go before the failure is kept: its traceback reaches this
+            # frame, whose locals would otherwise hold them for as long as it lives.
+            self.args = ()
+            # Even Ctrl-C or SystemExit must not leave the result pending forever.
+            result._complete(ERROR, Failure(self.name, self.site, exc))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self.args = ()
         result._complete(READY, value)
 
 
@@ -460,7 +470,7 @@ def launch(
     a new failure naming ``name`` and the user's line calling now.
     """
     site = user_line()
-    result = Tensor._pending(shape, dtype, device, name, site)
+    result = Tensor._pending(shape, dtype, device, name)
     pending = [a for a in args if type(a) is Tensor and a._state == PENDING]
     if config.sync_active:  # every op runs at its call: wait for inputs made earlier
         for a in pending:
@@ -507,6 +517,7 @@ def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
                 try:
                     value = kernel(a._value, b._value)
                 except Exception as exc:  # the failure belongs to the result
+                    a = b = None  # see _KernelTask.run: the failure must not keep the inputs
                     return op._failed(exc, shape, dtype, dev)
                 # Tensor._ready, written out: this is the hottest line.
                 t = _new(Tensor)
@@ -540,6 +551,7 @@ def _fast_unary(op: Op) -> Callable[[Any], Tensor]:
                 try:
                     value = kernel(a._value)
                 except Exception as exc:
+                    a = None  # see _KernelTask.run: the failure must not keep the inputs
                     return op._failed(exc, shape, dtype, dev)
                 t = _new(Tensor)
                 t._state = READY
@@ -579,9 +591,10 @@ def _describe(arg: Any) -> str:
     return repr(arg)
 
 
-def _at_call(
+def call_error(
     kind: type[UsageError], op: str, args: tuple[Any, ...], static: dict[str, Any], why: str
 ) -> UsageError:
+    """A call-time error naming the op, its operands and the user's line."""
     operands = [_describe(a) for a in args] + [f"{k}={v!r}" for k, v in static.items()]
     site = user_line()
     where = f"\n  at {site}" if site else ""

@@ -122,25 +122,43 @@ for _attr, _method in _METHODS.items():
     setattr(Tensor, _attr, _method)
 
 
-def _reduction_method(op: Op) -> Any:
-    def method(
-        self: Tensor,
-        axis: Any = None,
-        dtype: Any = None,
-        out: None = None,
-        keepdims: bool = False,
-        **params: Any,
-    ) -> Tensor:
-        # dtype= and out= make numpy's own np.sum(t), np.mean(t), ... work.
-        if out is not None:
-            raise DTypeError(f"{op.name}: out= is not supported; tensors are immutable")
-        x = self if dtype is None else astype(self, dtype=dtype)
-        return op(x, axis=axis, keepdims=keepdims, **params)
+def _reduction_method(op: Op, takes_dtype: bool) -> Any:
+    # numpy's method signatures, so numpy's own np.sum(t), np.max(t), ... call
+    # these (with out=None) and get a tensor back.
+    if takes_dtype:
+
+        def method(
+            self: Tensor,
+            axis: Any = None,
+            dtype: Any = None,
+            out: None = None,
+            keepdims: bool = False,
+            **params: Any,
+        ) -> Tensor:
+            _refuse_out(op, out)
+            if dtype is not None:
+                params["dtype"] = dtype
+            return op(self, axis=axis, keepdims=keepdims, **params)
+
+    else:
+
+        def method(  # type: ignore[misc]
+            self: Tensor, axis: Any = None, out: None = None, keepdims: bool = False
+        ) -> Tensor:
+            _refuse_out(op, out)
+            return op(self, axis=axis, keepdims=keepdims)
 
     method.__name__ = op.name
     method.__doc__ = f"``{op.name}`` over ``axis`` (see ``eagerrt.{op.name}``)."
     return method
 
 
-for _name in ("sum", "mean", "prod", "max", "min", "var", "std", "argmax", "argmin"):
-    setattr(Tensor, _name, _reduction_method(getattr(reduction, _name)))
+def _refuse_out(op: Op, out: Any) -> None:
+    if out is not None:
+        raise DTypeError(f"{op.name}: out= is not supported; tensors are immutable")
+
+
+for _name in ("sum", "mean", "prod", "var", "std"):
+    setattr(Tensor, _name, _reduction_method(getattr(reduction, _name), takes_dtype=True))
+for _name in ("max", "min", "argmax", "argmin"):
+    setattr(Tensor, _name, _reduction_method(getattr(reduction, _name), takes_dtype=False))
