@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
 import os
@@ -10,6 +9,7 @@ import threading
 import weakref
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 
@@ -68,28 +68,26 @@ def test_fused_softmax_gives_nan_for_a_fully_masked_row_like_numpy(log: bool) ->
 
 @pytest.mark.anyio
 async def test_overlapping_sync_mode_blocks_in_concurrent_tasks_leave_it_off() -> None:
-    first_in, second_in = asyncio.Event(), asyncio.Event()
+    first_in, second_in = anyio.Event(), anyio.Event()
 
     async def first() -> None:
         with ert.sync_mode():
             first_in.set()
             await second_in.wait()
-        # second's block is still open: sync mode holds until it closes
+        # second's block is still open here: sync mode holds until it closes
+        assert ert.config.sync_active
 
     async def second() -> None:
         await first_in.wait()
         with ert.sync_mode():
             second_in.set()
-            await asyncio.sleep(0.01)
+            await anyio.sleep(0.01)
 
-    await asyncio.gather(first(), second())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        tg.start_soon(second)
     assert not ert.config.sync_active
     assert ert.config.inline_limit_ns == ert.config.inline_threshold_ns
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the test above uses asyncio's own primitives
 
 
 def test_an_unread_failure_does_not_keep_its_inputs_alive() -> None:
@@ -142,23 +140,16 @@ def test_work_in_flight_at_fork_fails_in_the_child_instead_of_hanging() -> None:
     assert running.numpy(timeout=10).tolist() == [1.0, 1.0]  # the parent's copy is fine
 
 
-def test_cancelled_awaits_do_not_pile_up_waiters(gate) -> None:
+@pytest.mark.anyio
+async def test_cancelled_awaits_do_not_pile_up_waiters(gate) -> None:
     g = gate()
     t = g()
-
-    async def poll() -> None:
-        for _ in range(200):
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.ensure_future(_await(t)), 0.0001)
-
-    asyncio.run(poll())
+    for _ in range(200):
+        with anyio.move_on_after(0.0001):
+            await t
     assert len(t._waiters or []) <= 2  # the scheduler's own bookkeeping at most
     g.open()
     assert t.numpy(timeout=10).tolist() == [0.0, 1.0, 2.0]
-
-
-async def _await(t: ert.Tensor) -> Any:
-    return await t
 
 
 def test_forward_to_takes_one_source() -> None:
