@@ -215,7 +215,11 @@ def test_a_kernel_registered_while_a_call_is_in_flight_is_not_undone() -> None:
         (lambda: ert.linspace(0, 1, 2.5), ert.DTypeError),
         (lambda: ert.eye(2, k="a"), ert.DTypeError),
         (lambda: ert.full((3,), 300, dtype="int8"), ert.ValueRangeError),
-        (lambda: ert.random.uniform(3, seed=-1), ert.DTypeError),
+        (lambda: ert.random.uniform(3, seed=-1), ert.ArgumentError),
+        (lambda: ert.random.normal(3, std=-1.0), ert.ArgumentError),
+        (lambda: ert.full((3,), [1, 2]), ert.ShapeError),
+        (lambda: ert.sum(ert.ones((2, 2)), axis=[0, 1]), ert.DTypeError),
+        (lambda: ert.sum(ert.ones(2), axis=3), IndexError),
         (lambda: ert.random.normal(3, mean="a"), ert.DTypeError),
         (
             lambda: ert.tensordot(ert.ones((2, 2)), ert.ones((2, 2)), ([0, 0], [0, 1])),
@@ -249,3 +253,107 @@ def test_numpy_reductions_take_numpy_dtypes() -> None:
             assert isinstance(got, ert.Tensor)
             assert got.dtype == want.dtype == got.numpy().dtype
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+
+
+# -- second review ---------------------------------------------------------------------
+def _fail_inline_holding(big: np.ndarray) -> ert.Tensor:
+    op = ert.get_op("robust_inline_failure")
+    return op(ert.asarray(np.ones(2)))
+
+
+def test_an_unread_inline_failure_does_not_keep_the_callers_stack_alive() -> None:
+    op = ert.define_op("robust_inline_failure", rule=lambda x: (x.shape, x.dtype), replace=True)
+    op.register_kernel("generic", lambda x: 1 / 0)
+    big = np.ones(1000)
+    alive = weakref.ref(big)
+    result = _fail_inline_holding(big)
+    assert result.is_ready()  # inline
+    del big, result
+    gc.collect()
+    try:
+        assert alive() is None, "the unread failure keeps its caller's frame (and locals)"
+    finally:
+        with contextlib.suppress(ert.KernelError, ert.EagerErrorGroup):
+            ert.synchronize(timeout=10)
+
+
+def test_kernels_that_wait_on_offloaded_work_do_not_starve_the_pool() -> None:
+    inner = _slow_op("robust_inner", lambda x: x + 1)
+
+    def outer_kernel(x: np.ndarray) -> np.ndarray:
+        return inner(ert.asarray(x)).numpy(timeout=20)  # blocks a worker
+
+    outer = _slow_op("robust_outer", outer_kernel)
+    # More blocking kernels than workers: each must help run the queued inner ops.
+    results = [outer(ert.full((2,), float(i))) for i in range(3 * ert.config.num_threads)]
+    assert [r.numpy(timeout=30).tolist() for r in results] == [
+        [i + 1.0, i + 1.0] for i in range(3 * ert.config.num_threads)
+    ]
+
+
+def test_synchronize_inside_a_kernel_is_refused_instead_of_waiting_for_itself() -> None:
+    def kernel(x: np.ndarray) -> np.ndarray:
+        ert.synchronize(timeout=5)
+        return x
+
+    t = _slow_op("robust_sync_inside", kernel)(ert.ones(2))
+    with pytest.raises(ert.KernelError) as info:
+        t.numpy(timeout=10)
+    assert isinstance(info.value.__cause__, ert.UsageError)
+    assert "inside a kernel" in str(info.value.__cause__)
+
+
+def test_a_waiting_continuation_reaches_a_later_waiter_of_the_same_value() -> None:
+    trigger, produced = AsyncValue(), AsyncValue()
+    seen: list[object] = []
+    trigger.and_then(lambda: seen.append(produced.wait(5) and produced.value))
+    trigger.and_then(lambda: produced.set_value("made by the second waiter"))
+    trigger.set_value(None)
+    assert seen == ["made by the second waiter"]
+
+
+def test_a_kernel_that_returns_a_tensor_gives_its_data() -> None:
+    op = ert.define_op("robust_tensor_kernel", rule=lambda x: (x.shape, x.dtype), replace=True)
+    op.register_kernel("cpu", lambda x: ert.asarray(x) * 2)
+    doubled = op(ert.asarray([1.0, 2.0]))
+    assert (doubled + 1).numpy().tolist() == [3.0, 5.0]
+
+
+def test_timed_out_blocking_waits_do_not_pile_up_waiters(gate) -> None:
+    g = gate()
+    t = g()
+    for _ in range(100):
+        assert not t.wait(0.0001)
+        with pytest.raises(ert.WaitTimeoutError):
+            t.numpy(timeout=0.0001)
+    assert len(t._waiters or []) <= 2
+    g.open()
+    assert t.wait(10)
+
+
+def test_operands_by_keyword_follow_numpy_for_elementwise_ops() -> None:
+    x = ert.ones((2, 3))
+    got = ert.add(x, y=np.ones((2, 3)))
+    assert got.shape == (2, 3) and got.numpy().tolist() == [[2.0] * 3] * 2
+    with pytest.raises(ert.DTypeError):
+        ert.add(x, 1, 2)
+
+
+def test_reductions_bind_positional_arguments_in_numpys_order() -> None:
+    data = np.arange(6, dtype=np.int8).reshape(2, 3)
+    got = ert.sum(ert.asarray(data), 0, "float32")
+    want = np.sum(data, 0, "float32")
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)
+    np.testing.assert_array_equal(got.numpy(), want)
+    np.testing.assert_allclose(
+        ert.var(ert.asarray(data), 0, None, None, 1).numpy(), np.var(data, 0, ddof=1)
+    )
+
+
+def test_an_indirect_value_refuses_a_direct_result_once_forwarded() -> None:
+    indirect, source = IndirectAsyncValue(), AsyncValue()
+    indirect.forward_to(source)
+    with pytest.raises(AsyncValueStateError):
+        indirect.set_value(1)
+    source.set_value(2)
+    assert indirect.value == 2

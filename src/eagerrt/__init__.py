@@ -18,6 +18,7 @@ from __future__ import annotations
 from . import devices, lowlevel
 from ._core.config import Config, config, sync_mode
 from ._core.errors import (
+    ArgumentError,
     DeviceError,
     DTypeError,
     EagerError,
@@ -38,6 +39,7 @@ from .tensor import Tensor
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentError",
     "Config",
     "DTypeError",
     "Device",

@@ -315,24 +315,24 @@ class Tensor(AsyncValue):
             axis: Any = None,
             dtype: Any = None,
             out: None = None,
-            keepdims: bool = False,
             ddof: float = 0,
+            keepdims: bool = False,
         ) -> Tensor: ...
         def std(
             self,
             axis: Any = None,
             dtype: Any = None,
             out: None = None,
-            keepdims: bool = False,
             ddof: float = 0,
+            keepdims: bool = False,
         ) -> Tensor: ...
         def max(self, axis: Any = None, out: None = None, keepdims: bool = False) -> Tensor: ...
         def min(self, axis: Any = None, out: None = None, keepdims: bool = False) -> Tensor: ...
         def argmax(
-            self, axis: int | None = None, out: None = None, keepdims: bool = False
+            self, axis: int | None = None, out: None = None, *, keepdims: bool = False
         ) -> Tensor: ...
         def argmin(
-            self, axis: int | None = None, out: None = None, keepdims: bool = False
+            self, axis: int | None = None, out: None = None, *, keepdims: bool = False
         ) -> Tensor: ...
 
     # -- display -------------------------------------------------------------

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final
+
+from .forking import renew_after_fork
 
 __all__ = [
     "ERROR",
@@ -56,18 +58,8 @@ MAX_INLINE_DEPTH: Final = 48
 # are a few bytecodes long, values that are born ready never touch it, and one
 # lock avoids allocating a lock per value on the hot path.
 _transition_lock = threading.Lock()
+renew_after_fork(__name__, "_transition_lock")
 _log = logging.getLogger("eagerrt")
-
-
-def _new_lock_after_fork() -> None:
-    # Another thread may have held the lock at fork time; it does not exist in
-    # the child, so the child starts with a fresh one.
-    global _transition_lock
-    _transition_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 class AsyncValueStateError(RuntimeError):
@@ -78,6 +70,9 @@ class _Trampoline(threading.local):
     def __init__(self) -> None:
         self.depth = 0
         self.deferred: collections.deque[Callable[[], object]] = collections.deque()
+        #: On a worker thread: runs one queued task of its pool (or waits up to
+        #: the given seconds for one); a blocking wait there helps instead of idling.
+        self.help: Callable[[float], object] | None = None
 
 
 _trampoline = _Trampoline()
@@ -97,21 +92,26 @@ def _run_continuation(callback: Callable[[], object]) -> None:
         _log.exception("eagerrt: a continuation raised; it was dropped")
     finally:
         tramp.depth = depth
-    if depth == 0:
-        deferred = tramp.deferred
-        interrupt = None
-        while deferred:
-            tramp.depth = 1
-            try:
-                deferred.popleft()()
-            except Exception:
-                _log.exception("eagerrt: a continuation raised; it was dropped")
-            except BaseException as exc:  # Ctrl-C: finish the queue, then deliver it
-                interrupt = interrupt or exc
-            finally:
-                tramp.depth = 0
-        if interrupt is not None:
-            raise interrupt
+        if depth == 0 and tramp.deferred:  # even after Ctrl-C: nothing stays queued
+            _drain(tramp)
+
+
+def _drain(tramp: _Trampoline) -> None:
+    """Run every queued continuation of this (outermost) thread frame."""
+    deferred = tramp.deferred
+    interrupt = None
+    while deferred:
+        tramp.depth = 1
+        try:
+            deferred.popleft()()
+        except Exception:
+            _log.exception("eagerrt: a continuation raised; it was dropped")
+        except BaseException as exc:  # Ctrl-C: finish the queue, then deliver it
+            interrupt = interrupt or exc
+        finally:
+            tramp.depth = 0
+    if interrupt is not None:
+        raise interrupt
 
 
 def _drain_trampoline_until_available(value: AsyncValue) -> None:
@@ -211,14 +211,13 @@ class AsyncValue:
             waiters = self._waiters
             self._waiters = None
         if waiters is not None:
-            interrupt = None
-            for callback in waiters:
-                try:
-                    _run_continuation(callback)
-                except BaseException as exc:  # wake every waiter before delivering it
-                    interrupt = interrupt or exc
-            if interrupt is not None:
-                raise interrupt
+            # The waiters queue up at the front of this thread's trampoline, in
+            # order: run now at the outermost level, else when that level resumes
+            # or when a blocking wait() in one of them needs a later one.
+            tramp = _trampoline
+            tramp.deferred.extendleft(reversed(waiters))
+            if tramp.depth == 0:
+                _drain(tramp)
 
     # -- consumer side -------------------------------------------------------
     def and_then(self, callback: Callable[[], object]) -> None:
@@ -251,14 +250,31 @@ class AsyncValue:
         """
         if self._state != PENDING:
             return True
-        # Nested deeply enough, the work this value waits for may sit in this
+        # Inside a continuation, the work this value waits for may sit in this
         # thread's own trampoline queue, which would only drain after we return.
         _drain_trampoline_until_available(self)
         if self._state != PENDING:
             return True
+        help_pool = _trampoline.help
+        if help_pool is not None:
+            return self._wait_helping(help_pool, timeout)
         event = threading.Event()
-        self.and_then(event.set)
-        return event.wait(timeout)
+        wake = event.set
+        self.and_then(wake)
+        if event.wait(timeout):
+            return True
+        self._discard_waiter(wake)  # polling with timeouts must not pile up waiters
+        return self._state != PENDING
+
+    def _wait_helping(self, help_pool: Callable[[float], object], timeout: float | None) -> bool:
+        # On a worker: the value may need a task queued behind this one, and if
+        # every worker waited, none would run it. Run queued tasks meanwhile.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._state == PENDING:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            help_pool(0.001)
+        return True
 
     def __repr__(self) -> str:
         if self._state == PENDING:
@@ -291,6 +307,18 @@ class IndirectAsyncValue(AsyncValue):
                 raise AsyncValueStateError("this IndirectAsyncValue is already forwarded")
             self._source = source
         source.and_then(lambda: self._complete(source._state, source._value))
+
+    def set_value(self, value: Any) -> None:
+        self._refuse_if_forwarded()
+        super().set_value(value)
+
+    def set_error(self, error: BaseException) -> None:
+        self._refuse_if_forwarded()
+        super().set_error(error)
+
+    def _refuse_if_forwarded(self) -> None:
+        if getattr(self, "_source", None) is not None:
+            raise AsyncValueStateError("this IndirectAsyncValue takes its forwarded result")
 
 
 def run_when_ready(values: Iterable[AsyncValue], callback: Callable[[], object]) -> None:

@@ -30,13 +30,15 @@ __all__ = ["wait_async"]
 
 def wait_async(value: AsyncValue) -> Generator[Any, None, None]:
     """Suspend the current task until ``value`` is available (``yield from`` it)."""
-    loop = asyncio._get_running_loop()
-    if loop is not None:
-        yield from _wait_asyncio(value, loop)
-        return
+    # trio first: in trio's guest mode an asyncio loop runs too, but the task
+    # awaiting is trio's.
     trio = sys.modules.get("trio")
     if trio is not None and _in_trio(trio):
         yield from _wait_trio(value, trio).__await__()
+        return
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        yield from _wait_asyncio(value, loop)
         return
     raise UsageError(
         "awaited an eagerrt value outside asyncio, uvloop or trio; "
@@ -71,7 +73,9 @@ def _wait_asyncio(value: AsyncValue, loop: asyncio.AbstractEventLoop) -> Generat
     value.and_then(on_available)
     try:
         yield from future.__await__()
-    except BaseException:  # cancelled: don't leave a dead waiter on a long-running value
+    except asyncio.CancelledError:  # don't leave a dead waiter on a long-running value
+        # (Not on GeneratorExit: a coroutine closed by the garbage collector may be
+        # finalised while this thread holds the transition lock.)
         value._discard_waiter(on_available)
         raise
 

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 
+from .forking import renew_after_fork
+
 __all__ = ["Config", "config", "sync_mode"]
 
 
@@ -66,7 +68,8 @@ class Config:
     def __post_init__(self) -> None:
         self._listeners: list[Callable[[], None]] = []
         self._sync_scopes = 0  # open sync_mode() blocks
-        self._scope_lock = threading.Lock()
+        # Reentrant: __setattr__ and _enter_sync_scope both recompute under it.
+        self._scope_lock = threading.RLock()
         self._update_limit()
 
     @property
@@ -77,8 +80,9 @@ class Config:
     def _update_limit(self) -> None:
         # The one number the fast path compares a cost with (derived, not a
         # setting): sync mode inlines everything.
-        limit = float("inf") if self.sync_active else self.inline_threshold_ns
-        object.__setattr__(self, "inline_limit_ns", limit)
+        with self._scope_lock:
+            limit = float("inf") if self.sync_active else self.inline_threshold_ns
+            object.__setattr__(self, "inline_limit_ns", limit)
 
     def _enter_sync_scope(self, delta: int) -> None:
         with self._scope_lock:
@@ -128,6 +132,9 @@ config = Config(
     sync=_env_flag("EAGERRT_SYNC"),
     num_threads=_env_int("EAGERRT_NUM_THREADS", os.cpu_count() or 2),
 )
+
+
+renew_after_fork(config, "_scope_lock", threading.RLock)
 
 
 def sync_mode() -> contextlib.AbstractContextManager[Config]:

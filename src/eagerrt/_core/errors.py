@@ -20,7 +20,10 @@ import traceback
 import types
 from typing import NamedTuple
 
+from .forking import renew_after_fork
+
 __all__ = [
+    "ArgumentError",
     "DTypeError",
     "DeviceError",
     "EagerError",
@@ -49,12 +52,17 @@ class UsageError(EagerError):
     """The call was wrong; raised at the call site."""
 
 
-class ShapeError(UsageError, ValueError):
+class ArgumentError(UsageError, ValueError):
+    """An argument's value is wrong (a negative seed, a copy that can't be avoided)."""
+
+
+class ShapeError(ArgumentError):
     """Operand shapes (or an axis, or an index) don't fit the op."""
 
 
 class OutOfBoundsError(ShapeError, IndexError):
-    """An index is out of range for the tensor's shape."""
+    """An index or an axis is out of range for the tensor's shape (like numpy's
+    ``AxisError``, both a ``ValueError`` and an ``IndexError``)."""
 
 
 class DTypeError(UsageError, TypeError):
@@ -70,7 +78,13 @@ class DeviceError(UsageError, ValueError):
 
 
 class KernelError(EagerError, RuntimeError):
-    """A kernel failed at run time; raised when its result is read."""
+    """A kernel failed at run time; raised when its result is read.
+
+    ``__cause__`` is the kernel's own exception; ``kernel_traceback`` says where
+    in the kernel it was raised (also shown as a note), eagerrt's frames left out.
+    """
+
+    kernel_traceback: traceback.StackSummary
 
 
 class WaitTimeoutError(EagerError, TimeoutError):
@@ -119,16 +133,17 @@ class Failure:
     any of them has been read.
     """
 
-    __slots__ = ("__weakref__", "cause", "op", "site")
+    __slots__ = ("__weakref__", "cause", "kernel_traceback", "op", "site")
 
     def __init__(self, op: str, site: SourceLine | None, cause: BaseException) -> None:
         self.op = op
         self.site = site
+        # Keep where the kernel failed as text, not as live frames: a frame holds
+        # its caller (and so the user's stack and the kernel's inputs) for as long
+        # as an unread failure is kept.
         whole = cause.__traceback__
-        self.cause = trim_traceback(cause)
-        # The kernel's frames (finished by now) would keep its inputs alive for as
-        # long as the failure is kept: keep where it happened, drop their locals.
-        # The creating frame is still running and is skipped; it drops its own.
+        self.kernel_traceback = traceback.extract_tb(trim_traceback(cause).__traceback__)
+        self.cause = cause.with_traceback(None)
         traceback.clear_frames(whole)
         with _unobserved_lock:
             _unobserved[id(self)] = self
@@ -152,6 +167,10 @@ class Failure:
         cause = self.cause
         err = KernelError(f"op {self.op!r} failed: {type(cause).__name__}: {cause}{where}{via}")
         err.__cause__ = cause
+        err.kernel_traceback = self.kernel_traceback
+        if self.kernel_traceback:
+            lines = "".join(self.kernel_traceback.format())
+            err.add_note(f"kernel traceback (most recent call last):\n{lines.rstrip()}")
         return err
 
     def __repr__(self) -> str:
@@ -162,6 +181,7 @@ class Failure:
 MAX_UNOBSERVED = 1000
 _log = logging.getLogger("eagerrt")
 _unobserved_lock = threading.Lock()
+renew_after_fork(__name__, "_unobserved_lock")
 _unobserved: dict[int, Failure] = {}
 
 

@@ -20,12 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .async_value import ERROR, AsyncValue, run_when_ready
+from .async_value import ERROR, AsyncValue, _trampoline, run_when_ready
 from .config import config
 from .errors import (
     EagerError,
     Failure,
     KernelError,
+    UsageError,
     WaitTimeoutError,
     take_unobserved,
     unobserved_count,
@@ -176,6 +177,12 @@ def synchronize(timeout: float | None = None) -> None:
     >>> ert.synchronize()
     """
     import time
+
+    if _trampoline.help is not None:
+        raise UsageError(
+            "synchronize() was called inside a kernel, on a worker thread: it would wait "
+            "for that kernel's own result. Read the tensors the kernel needs instead."
+        )
 
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:

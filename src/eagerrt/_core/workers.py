@@ -11,8 +11,11 @@ import logging
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable
+
+from .async_value import _trampoline
 
 __all__ = ["WorkerPool"]
 
@@ -70,19 +73,32 @@ class WorkerPool:
                 self._threads.append(thread)
 
     def _work(self) -> None:
-        get = self._queue.get
-        finished = self._finished
-        while True:
-            task = get()
-            if task is _STOP:
-                return
-            try:
-                task()  # type: ignore[operator]
-            except BaseException:  # a task must never kill its worker
-                _log.exception("eagerrt: a task on %s raised", self.name)
-            finally:
-                next(finished)
-                task = None  # an idle worker holds nothing of its last task
+        _trampoline.help = self._help_one
+        while self._run_one(None):
+            pass
+
+    def _run_one(self, timeout: float | None) -> bool:
+        """Run the next queued task (waiting up to ``timeout`` for one); False on stop."""
+        try:
+            task = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return True
+        if task is _STOP:
+            if timeout is not None:  # helping inside a task: the stop is for a worker loop
+                self._queue.put(_STOP)
+                time.sleep(timeout)
+            return False
+        try:
+            task()  # type: ignore[operator]
+        except BaseException:  # a task must never kill its worker
+            _log.exception("eagerrt: a task on %s raised", self.name)
+        finally:
+            next(self._finished)
+        return True
+
+    def _help_one(self, timeout: float) -> None:
+        """A blocking wait on this pool's worker runs queued work meanwhile."""
+        self._run_one(timeout)
 
     def queue_depth(self) -> int:
         """Tasks submitted but not finished (queued or running)."""

@@ -20,6 +20,7 @@ import threading
 from importlib.metadata import entry_points
 
 from .._core.errors import DeviceError
+from .._core.forking import renew_after_fork
 from .base import Device
 from .cpu import CPUDevice, cpu
 
@@ -29,6 +30,7 @@ ENTRY_POINT_GROUP = "eagerrt.devices"
 
 _devices: dict[str, Device] = {"cpu": cpu}
 _lock = threading.Lock()
+renew_after_fork(__name__, "_lock")
 
 
 def register_device(device: Device) -> Device:

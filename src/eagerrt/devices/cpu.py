@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._core.config import config
+from .._core.forking import renew_after_fork
 from .._core.scheduler import register_executor
 from .._core.workers import WorkerPool
 from .base import Device
@@ -35,6 +36,7 @@ class CPUDevice(Device):
     def __init__(self) -> None:
         self._pool: WorkerPool | None = None
         self._pool_lock = threading.Lock()
+        renew_after_fork(self, "_pool_lock")
 
     @property
     def executor(self) -> WorkerPool:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import DTypeError, ShapeError
+from .._core.errors import DTypeError, OutOfBoundsError, ShapeError
 from ..tensor import Tensor
 
 __all__ = [
@@ -113,7 +113,7 @@ def normalize_axis(axis: Any, ndim: int) -> int:
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise DTypeError(f"an axis must be an int, got {type(axis).__name__}")
     if not -ndim <= axis < ndim:
-        raise ShapeError(f"axis {axis} is out of range for a {ndim}-d tensor")
+        raise OutOfBoundsError(f"axis {axis} is out of range for a {ndim}-d tensor")
     return int(axis) + ndim if axis < 0 else int(axis)
 
 

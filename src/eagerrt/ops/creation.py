@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import DeviceError, DTypeError, ShapeError
+from .._core.errors import ArgumentError, DeviceError, DTypeError, ShapeError
 from ..devices import get_device
 from ..devices.base import Device
 from ..tensor import Tensor
@@ -78,7 +78,13 @@ def asarray(
             array = np.array(obj, dtype=dtype, copy=True)
         else:
             array = np.asarray(obj, dtype=dtype, copy=copy)
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
+        if copy is False:  # numpy: a copy was needed but not allowed
+            raise ArgumentError(f"asarray: {exc}") from None
+        raise DTypeError(
+            f"asarray: cannot make a tensor from {type(obj).__name__}: {exc}"
+        ) from None
+    except TypeError as exc:
         raise DTypeError(
             f"asarray: cannot make a tensor from {type(obj).__name__}: {exc}"
         ) from None
@@ -105,9 +111,12 @@ def _fill_rule(
     *, shape: Any, dtype: Any, fill: Any = None
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
     dt = to_dtype(dtype)
+    out = shape_tuple(shape)
     if fill is not None:
-        np.full(0, fill, dt)  # numpy's own errors now: int8 and 300, a non-number
-    return shape_tuple(shape), dt
+        filling = np.asarray(fill, dtype=dt)  # numpy's own errors now: int8 and 300, "a"
+        if np.broadcast_shapes(filling.shape, out) != out:
+            raise ValueError(f"a fill value of shape {filling.shape} does not fit shape {out}")
+    return out, dt
 
 
 _fill = define_op("fill", _fill_rule, cost=elementwise_cost, doc="A tensor of one repeated value.")
@@ -117,7 +126,7 @@ _fill = define_op("fill", _fill_rule, cost=elementwise_cost, doc="A tensor of on
 def _fill_kernel(*, shape: tuple[int, ...], dtype: Any, fill: Any = None) -> np.ndarray:
     if fill is None:
         return np.empty(shape, dtype)
-    if fill == 0:
+    if type(fill) is int and fill == 0:  # zeros(): calloc'd; not -0.0, which keeps its sign
         return np.zeros(shape, dtype)
     return np.full(shape, fill, dtype)
 

@@ -93,6 +93,8 @@ def _ufunc_op(name: str, ufunc: np.ufunc, factor: float) -> Op:
         rule,
         cost=scaled_cost(factor),
         doc=f"Elementwise ``numpy.{ufunc.__name__}``, asynchronously.",
+        operands=ufunc.nin,
+        weak_scalars=True,
     )
     op.register_kernel(GENERIC, ufunc)
     return op
@@ -152,6 +154,8 @@ sigmoid = define_op(
     "sigmoid",
     _float_rule,
     cost=scaled_cost(8),
+    operands=1,
+    weak_scalars=True,
     doc="Logistic sigmoid ``1 / (1 + exp(-x))``, computed stably as ``(1 + tanh(x/2)) / 2``.",
 )
 
@@ -168,6 +172,8 @@ def _sigmoid(x: Any) -> Any:
 relu = define_op(
     "relu",
     lambda x: (_shape_of(x), ufunc_dtype(np.maximum, x, 0)),
+    operands=1,
+    weak_scalars=True,
     doc="Rectified linear unit ``maximum(x, 0)``.",
 )
 relu.register_kernel(GENERIC, lambda x: np.maximum(x, 0))
@@ -232,6 +238,8 @@ where = define_op(
         broadcast_shapes(_shape_of(cond), _shape_of(x), _shape_of(y)),
         _meta_dtype(np.where, True, x, y),
     ),
+    operands=3,
+    weak_scalars=True,
     doc="Elements of ``x`` where ``cond`` is true, else of ``y`` (broadcast).",
 )
 where.register_kernel(GENERIC, np.where)
@@ -242,7 +250,9 @@ def _clip_rule(x: Any, lo: Any, hi: Any) -> tuple[tuple[int, ...], np.dtype[Any]
     return shape, _meta_dtype(np.clip, x, lo, hi)
 
 
-_clip_op = define_op("clip", _clip_rule, doc="Limit values to ``[min, max]``.")
+_clip_op = define_op(
+    "clip", _clip_rule, operands=3, weak_scalars=True, doc="Limit values to ``[min, max]``."
+)
 _clip_op.register_kernel(GENERIC, np.clip)
 
 

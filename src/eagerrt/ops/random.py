@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from .._core.config import config
-from .._core.errors import DTypeError
+from .._core.errors import ArgumentError, DTypeError
+from .._core.forking import renew_after_fork
 from ..devices.base import Device
 from ..tensor import Tensor
 from ._rules import shape_tuple, to_dtype
@@ -31,6 +32,7 @@ from .registry import GENERIC, define_op
 __all__ = ["normal", "seed", "uniform"]
 
 _seed_lock = threading.Lock()
+renew_after_fork(__name__, "_seed_lock")
 _seeds = np.random.default_rng()
 
 
@@ -45,7 +47,7 @@ def _next_seed(explicit: int | None) -> int:
     if explicit is not None:
         seed = operator.index(explicit)
         if seed < 0:
-            raise DTypeError(f"seed must be a non-negative int, got {explicit!r}")
+            raise ArgumentError(f"seed must be a non-negative int, got {explicit!r}")
         return seed
     with _seed_lock:
         return int(_seeds.integers(2**63))
@@ -60,6 +62,8 @@ def _random_rule(
     for name, number in (("low/mean", a), ("high/std", b)):
         if not isinstance(number, (int, float, np.integer, np.floating)):
             raise DTypeError(f"{name} must be a real number, got {number!r}")
+    if dist == "normal" and b < 0:
+        raise ArgumentError(f"std must be non-negative, got {b}")
     return shape_tuple(shape), dt
 
 

@@ -62,24 +62,30 @@ def _reduction_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x: Tensor, 
     return config.op_overhead_ns + x.size * config.ns_per_element
 
 
+def _check_out(out: Any) -> None:
+    if out is not None:
+        raise TypeError("out= is not supported: tensors are immutable")
+
+
 def _reduction(
     name: str,
     kernel: Callable[..., Any],
     result_dtype: Callable[[np.dtype[Any]], np.dtype[Any]],
+    signature: str,
     *,
     needs_elements: bool = False,
-    extra: tuple[str, ...] = (),
 ) -> Op:
-    def rule(
-        x: Tensor, axis: Any = None, keepdims: bool = False, **params: Any
+    """A reduction whose parameters are numpy's, in numpy's order, so that
+    ``ert.sum(x, 0, "float32")`` and numpy's own ``np.sum(t)`` bind alike."""
+
+    def shape_and_dtype(
+        x: Tensor, axis: Any, keepdims: bool, dtype: Any
     ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-        unknown = set(params) - set(extra)
-        if unknown:
-            raise TypeError(f"unexpected argument(s) {sorted(unknown)}")
+        if isinstance(axis, list):  # numpy's reductions take an int or a tuple
+            raise TypeError(f"axis must be an int or a tuple of ints, not a list ({axis})")
         axes = normalize_axes(axis, x.ndim)
         if needs_elements and any(x.shape[a] == 0 for a in axes):
             raise ShapeError(f"{name} of an empty selection has no identity; the axis is empty")
-        dtype = params.get("dtype")
         if dtype is None:
             out = result_dtype(x.dtype)
         else:  # numpy's dtype= rules (and refusals), from a two-element stand-in
@@ -87,30 +93,61 @@ def _reduction(
             out = np.asarray(kernel(stand_in, axis=0, dtype=to_dtype(dtype))).dtype
         return _reduced_shape(x.shape, axes, keepdims), out
 
+    rule: Callable[..., tuple[tuple[int, ...], np.dtype[Any]]]
+    if signature == "dtype":  # sum, prod, mean
+
+        def rule(
+            x: Tensor, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False
+        ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+            _check_out(out)
+            return shape_and_dtype(x, axis, keepdims, dtype)
+
+    elif signature == "ddof":  # var, std
+
+        def rule(
+            x: Tensor,
+            axis: Any = None,
+            dtype: Any = None,
+            out: Any = None,
+            ddof: float = 0,
+            keepdims: bool = False,
+        ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+            _check_out(out)
+            return shape_and_dtype(x, axis, keepdims, dtype)
+
+    else:  # max, min
+
+        def rule(
+            x: Tensor, axis: Any = None, out: Any = None, keepdims: bool = False
+        ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+            _check_out(out)
+            return shape_and_dtype(x, axis, keepdims, None)
+
     op = define_op(
         name, rule, cost=_reduction_cost, operands=1, doc=f"``numpy.{name}`` over ``axis``."
     )
 
-    def run(x: Any, axis: Any = None, keepdims: bool = False, **params: Any) -> Any:
-        return np.asarray(kernel(x, axis=axis, keepdims=keepdims, **params))
+    def run(x: Any, axis: Any = None, out: Any = None, **params: Any) -> Any:
+        return np.asarray(kernel(x, axis=axis, **params))
 
     op.register_kernel(GENERIC, run)
     return op
 
 
-sum = _reduction("sum", np.sum, _accumulate_dtype, extra=("dtype",))
-prod = _reduction("prod", np.prod, _accumulate_dtype, extra=("dtype",))
-mean = _reduction("mean", np.mean, _mean_dtype, extra=("dtype",))
-max = _reduction("max", np.max, lambda d: d, needs_elements=True)
-min = _reduction("min", np.min, lambda d: d, needs_elements=True)
-var = _reduction("var", np.var, _var_dtype, extra=("ddof", "dtype"))
-std = _reduction("std", np.std, _var_dtype, extra=("ddof", "dtype"))
+sum = _reduction("sum", np.sum, _accumulate_dtype, "dtype")
+prod = _reduction("prod", np.prod, _accumulate_dtype, "dtype")
+mean = _reduction("mean", np.mean, _mean_dtype, "dtype")
+max = _reduction("max", np.max, lambda d: d, "plain", needs_elements=True)
+min = _reduction("min", np.min, lambda d: d, "plain", needs_elements=True)
+var = _reduction("var", np.var, _var_dtype, "ddof")
+std = _reduction("std", np.std, _var_dtype, "ddof")
 
 
 def _arg_reduction(name: str, kernel: Callable[..., Any]) -> Op:
     def rule(
-        x: Tensor, axis: int | None = None, keepdims: bool = False
+        x: Tensor, axis: int | None = None, out: Any = None, *, keepdims: bool = False
     ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        _check_out(out)
         if axis is None:
             if x.size == 0:
                 raise ShapeError(f"{name} of an empty tensor is undefined")
@@ -125,7 +162,9 @@ def _arg_reduction(name: str, kernel: Callable[..., Any]) -> Op:
     )
     op.register_kernel(
         GENERIC,
-        lambda x, axis=None, keepdims=False: np.asarray(kernel(x, axis=axis, keepdims=keepdims)),
+        lambda x, axis=None, out=None, keepdims=False: np.asarray(
+            kernel(x, axis=axis, keepdims=keepdims)
+        ),
     )
     return op
 

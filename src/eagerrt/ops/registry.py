@@ -110,6 +110,7 @@ class Op:
         "name",
         "operands",
         "rule",
+        "weak_scalars",
     )
 
     def __init__(
@@ -120,6 +121,7 @@ class Op:
         cost: Cost | None = None,
         doc: str | None = None,
         operands: int | None = None,
+        weak_scalars: bool | None = None,
     ):
         self.name = name
         self.rule = rule
@@ -127,6 +129,9 @@ class Op:
         #: arguments bind to the rule's next parameters as static ones, so
         #: ``ert.sum(x, 0)`` means ``ert.sum(x, axis=0)``. None: all are tensors.
         self.operands = operands
+        #: Python numbers stay weak scalars (NEP 50) instead of becoming tensors:
+        #: by default for ops whose operand count is open (elementwise ones).
+        self.weak_scalars = operands is None if weak_scalars is None else weak_scalars
         positional = [
             p.name
             for p in inspect.signature(rule).parameters.values()
@@ -169,6 +174,7 @@ class Op:
         """
         if _builtin_names and device in (GENERIC, "cpu"):
             fn = _host_arrays_out(fn)
+        self._generation += 1  # before the caches change: calls in flight see it
         self.kernels[device] = fn
         self._by_device.clear()
         self.forget_calls()
@@ -239,6 +245,27 @@ class Op:
                 DTypeError, self.name, args, static, f"got multiple values for {twice}"
             )
         return args[:n], {**static, **bound}
+
+    def _remember_call(
+        self,
+        args: tuple[Any, ...],
+        dev: Device,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        cost: float,
+        kernel: Kernel,
+        generation: int,
+    ) -> None:
+        """Fill the fast path's inline cache for this signature."""
+        if len(args) == 2:
+            a, b = args
+            self._last2 = (a.shape, b.shape, a.dtype, b.dtype, dev, shape, dtype, cost, kernel)
+        elif len(args) == 1:
+            a = args[0]
+            self._last1 = (a.shape, a.dtype, dev, shape, dtype, cost, kernel)
+        # Store, then re-check: a kernel registered meanwhile must not be undone.
+        if self._generation != generation:
+            self._last1 = self._last2 = None
 
     def _operands_from_keywords(
         self, args: tuple[Any, ...], static: dict[str, Any]
@@ -323,9 +350,7 @@ class Op:
         generation = self._generation
         if static:
             args, static = self._operands_from_keywords(args, static)
-        # Ops with a fixed number of operands take tensors only; the others (the
-        # elementwise ones) keep Python scalars weak, as numpy does.
-        scalars_ok = self.operands is None
+        scalars_ok = self.weak_scalars
         dev = None
         for a in args:
             if type(a) is Tensor:
@@ -370,8 +395,10 @@ class Op:
         kernel = self._by_device.get(dev)
         if kernel is None:
             kernel = self._kernel_for(dev)
-            if self._generation == generation:
-                self._by_device[dev] = kernel
+            # Store, then re-check: a registration that raced this lookup wins.
+            self._by_device[dev] = kernel
+            if self._generation != generation:
+                self._by_device.pop(dev, None)
         if self._specializers:
             specializer = self._specializers.get(dev.name)
             if specializer is not None:
@@ -384,19 +411,8 @@ class Op:
                     return Tensor._failed(a._value, shape, dtype, dev, self.name)
                 ready = False
         cost = self.cost(shape, dtype, *args, **static)
-        if (
-            ready
-            and not static
-            and device is None
-            and self._generation == generation
-            and all(type(a) is Tensor for a in args)
-        ):
-            if len(args) == 2:
-                a, b = args
-                self._last2 = (a.shape, b.shape, a.dtype, b.dtype, dev, shape, dtype, cost, kernel)
-            elif len(args) == 1:
-                a = args[0]
-                self._last1 = (a.shape, a.dtype, dev, shape, dtype, cost, kernel)
+        if ready and not static and device is None and all(type(a) is Tensor for a in args):
+            self._remember_call(args, dev, shape, dtype, cost, kernel, generation)
         if ready and cost <= config.inline_limit_ns:
             count_inline()
             try:
@@ -575,6 +591,8 @@ def _host_arrays_out(fn: Kernel) -> Kernel:
         out = fn(*args, **static)
         if type(out) is np.ndarray or not isinstance(out, _HOST_LIKE):
             return out
+        if isinstance(out, Tensor):  # a kernel that called ops: its data, not the tensor
+            return out.numpy()
         return np.asarray(out)
 
     kernel.__name__ = getattr(fn, "__name__", "kernel")
@@ -582,7 +600,7 @@ def _host_arrays_out(fn: Kernel) -> Kernel:
     return kernel
 
 
-_HOST_LIKE = (np.generic, list, tuple, bool, int, float, complex)
+_HOST_LIKE = (Tensor, np.generic, list, tuple, bool, int, float, complex)
 
 
 def _describe(arg: Any) -> str:
@@ -608,6 +626,7 @@ def define_op(
     cost: Cost | None = None,
     doc: str | None = None,
     operands: int | None = None,
+    weak_scalars: bool | None = None,
     replace: bool = False,
 ) -> Op:
     """Create and register an op; add kernels with ``op.kernel(device)``.
@@ -618,7 +637,8 @@ def define_op(
     **static)`` estimates the kernel's nanoseconds (default:
     :func:`elementwise_cost`). With ``operands=n``, only the first ``n``
     positional arguments are tensors and later ones bind to the rule's next
-    parameters (``ert.sum(x, 0)``). ``replace=True`` lets a new op take the name of
+    parameters (``ert.sum(x, 0)``), and Python numbers become tensors unless
+    ``weak_scalars=True`` keeps them weak, as numpy's ufuncs do. ``replace=True`` lets a new op take the name of
     an earlier user-defined one (re-running a notebook cell); built-in ops can't
     be replaced, only given new kernels.
     """
@@ -630,7 +650,7 @@ def define_op(
             else "pass replace=True to redefine it (e.g. when re-running a notebook cell)"
         )
         raise UsageError(f"an op named {name!r} is already registered; {hint}")
-    op = Op(name, rule, cost=cost, doc=doc, operands=operands)
+    op = Op(name, rule, cost=cost, doc=doc, operands=operands, weak_scalars=weak_scalars)
     _registry[name] = op
     return op
 

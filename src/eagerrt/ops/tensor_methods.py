@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import DTypeError
 from ..devices import get_device
 from ..devices.base import Device
 from ..tensor import Tensor
@@ -122,43 +121,16 @@ for _attr, _method in _METHODS.items():
     setattr(Tensor, _attr, _method)
 
 
-def _reduction_method(op: Op, takes_dtype: bool) -> Any:
-    # numpy's method signatures, so numpy's own np.sum(t), np.max(t), ... call
-    # these (with out=None) and get a tensor back.
-    if takes_dtype:
-
-        def method(
-            self: Tensor,
-            axis: Any = None,
-            dtype: Any = None,
-            out: None = None,
-            keepdims: bool = False,
-            **params: Any,
-        ) -> Tensor:
-            _refuse_out(op, out)
-            if dtype is not None:
-                params["dtype"] = dtype
-            return op(self, axis=axis, keepdims=keepdims, **params)
-
-    else:
-
-        def method(  # type: ignore[misc]
-            self: Tensor, axis: Any = None, out: None = None, keepdims: bool = False
-        ) -> Tensor:
-            _refuse_out(op, out)
-            return op(self, axis=axis, keepdims=keepdims)
+def _reduction_method(op: Op) -> Any:
+    # The ops take numpy's parameters in numpy's order, so numpy's own
+    # np.sum(t), np.max(t), ... (which call these with out=None) work too.
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        return op(self, *args, **kwargs)
 
     method.__name__ = op.name
     method.__doc__ = f"``{op.name}`` over ``axis`` (see ``eagerrt.{op.name}``)."
     return method
 
 
-def _refuse_out(op: Op, out: Any) -> None:
-    if out is not None:
-        raise DTypeError(f"{op.name}: out= is not supported; tensors are immutable")
-
-
-for _name in ("sum", "mean", "prod", "var", "std"):
-    setattr(Tensor, _name, _reduction_method(getattr(reduction, _name), takes_dtype=True))
-for _name in ("max", "min", "argmax", "argmin"):
-    setattr(Tensor, _name, _reduction_method(getattr(reduction, _name), takes_dtype=False))
+for _name in ("sum", "mean", "prod", "var", "std", "max", "min", "argmax", "argmin"):
+    setattr(Tensor, _name, _reduction_method(getattr(reduction, _name)))
