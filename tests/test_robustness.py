@@ -357,3 +357,25 @@ def test_an_indirect_value_refuses_a_direct_result_once_forwarded() -> None:
         indirect.set_value(1)
     source.set_value(2)
     assert indirect.value == 2
+
+
+def test_a_failure_raised_while_handling_another_keeps_no_frames() -> None:
+    def kernel(x: np.ndarray) -> np.ndarray:
+        lookup: dict[str, np.ndarray] = {}
+        try:
+            return lookup["missing"]
+        except KeyError:  # the ValueError's __context__ holds the KeyError's frames
+            raise ValueError("raised while handling another")  # noqa: B904
+
+    op = _slow_op("robust_context_chain", kernel)
+    data = np.ones(1000)
+    alive = weakref.ref(data)
+    result = op(ert.asarray(data))
+    assert result.wait(10)
+    del result, data
+    gc.collect()
+    try:
+        assert alive() is None, "the exception's __context__ keeps the kernel's frames"
+    finally:
+        with contextlib.suppress(ert.KernelError, ert.EagerErrorGroup):
+            ert.synchronize(timeout=10)

@@ -96,12 +96,15 @@ def _run_continuation(callback: Callable[[], object]) -> None:
             _drain(tramp)
 
 
-def _drain(tramp: _Trampoline) -> None:
-    """Run every queued continuation of this (outermost) thread frame."""
+def _drain(tramp: _Trampoline, until: AsyncValue | None = None) -> None:
+    """Run this thread's queued continuations, one level below the current one:
+    all of them (the outermost level), or until ``until`` is available (a
+    blocking wait inside a continuation)."""
     deferred = tramp.deferred
+    depth = tramp.depth
     interrupt = None
-    while deferred:
-        tramp.depth = 1
+    while deferred and (until is None or until._state == PENDING):
+        tramp.depth = depth + 1
         try:
             deferred.popleft()()
         except Exception:
@@ -109,18 +112,9 @@ def _drain(tramp: _Trampoline) -> None:
         except BaseException as exc:  # Ctrl-C: finish the queue, then deliver it
             interrupt = interrupt or exc
         finally:
-            tramp.depth = 0
+            tramp.depth = depth
     if interrupt is not None:
         raise interrupt
-
-
-def _drain_trampoline_until_available(value: AsyncValue) -> None:
-    deferred = _trampoline.deferred
-    while deferred and value._state == PENDING:
-        try:
-            deferred.popleft()()
-        except Exception:
-            _log.exception("eagerrt: a continuation raised; it was dropped")
 
 
 class AsyncValue:
@@ -252,7 +246,7 @@ class AsyncValue:
             return True
         # Inside a continuation, the work this value waits for may sit in this
         # thread's own trampoline queue, which would only drain after we return.
-        _drain_trampoline_until_available(self)
+        _drain(_trampoline, until=self)
         if self._state != PENDING:
             return True
         help_pool = _trampoline.help

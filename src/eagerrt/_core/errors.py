@@ -125,6 +125,18 @@ def trim_traceback(exc: BaseException) -> BaseException:
     return exc.with_traceback(tb)
 
 
+def _drop_tracebacks(exc: BaseException) -> None:
+    seen: set[int] = set()
+    chain: list[BaseException | None] = [exc]
+    while chain:
+        current = chain.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = None
+        chain += [current.__cause__, current.__context__]
+
+
 class Failure:
     """The error state of a tensor: which op failed, where it was created, why.
 
@@ -140,11 +152,11 @@ class Failure:
         self.site = site
         # Keep where the kernel failed as text, not as live frames: a frame holds
         # its caller (and so the user's stack and the kernel's inputs) for as long
-        # as an unread failure is kept.
-        whole = cause.__traceback__
+        # as an unread failure is kept. The whole chain goes: a __context__'s
+        # traceback would hold the same frames.
         self.kernel_traceback = traceback.extract_tb(trim_traceback(cause).__traceback__)
-        self.cause = cause.with_traceback(None)
-        traceback.clear_frames(whole)
+        self.cause = cause
+        _drop_tracebacks(cause)
         with _unobserved_lock:
             _unobserved[id(self)] = self
             if len(_unobserved) > MAX_UNOBSERVED:

@@ -73,7 +73,8 @@ class WorkerPool:
                 self._threads.append(thread)
 
     def _work(self) -> None:
-        _trampoline.help = self._help_one
+        # A blocking wait on this pool's worker runs queued work meanwhile.
+        _trampoline.help = self._run_one
         while self._run_one(None):
             pass
 
@@ -95,10 +96,6 @@ class WorkerPool:
         finally:
             next(self._finished)
         return True
-
-    def _help_one(self, timeout: float) -> None:
-        """A blocking wait on this pool's worker runs queued work meanwhile."""
-        self._run_one(timeout)
 
     def queue_depth(self) -> int:
         """Tasks submitted but not finished (queued or running)."""

@@ -78,13 +78,9 @@ def asarray(
             array = np.array(obj, dtype=dtype, copy=True)
         else:
             array = np.asarray(obj, dtype=dtype, copy=copy)
-    except ValueError as exc:
-        if copy is False:  # numpy: a copy was needed but not allowed
+    except (TypeError, ValueError) as exc:
+        if copy is False and isinstance(exc, ValueError):  # numpy: a copy was needed
             raise ArgumentError(f"asarray: {exc}") from None
-        raise DTypeError(
-            f"asarray: cannot make a tensor from {type(obj).__name__}: {exc}"
-        ) from None
-    except TypeError as exc:
         raise DTypeError(
             f"asarray: cannot make a tensor from {type(obj).__name__}: {exc}"
         ) from None

@@ -54,8 +54,6 @@ def _need_tensor(op: str, x: Any) -> Tensor:
 # -- reshape -------------------------------------------------------------------
 def _reshape_rule(x: Any, shape: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     x = _need_tensor("reshape", x)
-    if isinstance(shape, (int, np.integer)):
-        shape = (shape,)
     dims = list(shape_tuple(shape, allow_unknown=True))
     unknown = [i for i, d in enumerate(dims) if d == -1]
     if len(unknown) > 1 or any(d < -1 for d in dims):

@@ -52,10 +52,10 @@ from ..tensor import Tensor
 __all__ = [
     "GENERIC",
     "Op",
+    "call_error",
     "define_op",
     "elementwise_cost",
     "get_op",
-    "call_error",
     "launch",
     "registered_ops",
 ]
@@ -174,10 +174,9 @@ class Op:
         """
         if _builtin_names and device in (GENERIC, "cpu"):
             fn = _host_arrays_out(fn)
-        self._generation += 1  # before the caches change: calls in flight see it
+        self.forget_calls()  # first: calls in flight see the new generation
         self.kernels[device] = fn
         self._by_device.clear()
-        self.forget_calls()
 
     def specialize(self, device: str) -> Callable[[Callable[..., Kernel | None]], Any]:
         """Decorator: ``fn(*args, **static)`` may return a faster kernel for these
@@ -418,7 +417,6 @@ class Op:
             try:
                 value = kernel(*[a._value if type(a) is Tensor else a for a in args], **static)
             except Exception as exc:  # the failure belongs to the result, not the call
-                args = ()  # see _KernelTask.run: the failure must not keep the inputs
                 return self._failed(exc, shape, dtype, dev)
             return Tensor._ready(value, shape, dtype, dev, self.name)
         return self._launch(kernel, args, static, shape, dtype, dev, cost)
@@ -458,15 +456,11 @@ class _KernelTask(Task):
         try:
             value = self.compute(*[a._value if type(a) is Tensor else a for a in self.args])
         except BaseException as exc:
-            # The inputs go before the failure is kept: its traceback reaches this
-            # frame, whose locals would otherwise hold them for as long as it lives.
-            self.args = ()
             # Even Ctrl-C or SystemExit must not leave the result pending forever.
             result._complete(ERROR, Failure(self.name, self.site, exc))
             if not isinstance(exc, Exception):
                 raise
             return
-        self.args = ()
         result._complete(READY, value)
 
 
@@ -533,7 +527,6 @@ def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
                 try:
                     value = kernel(a._value, b._value)
                 except Exception as exc:  # the failure belongs to the result
-                    a = b = None  # see _KernelTask.run: the failure must not keep the inputs
                     return op._failed(exc, shape, dtype, dev)
                 # Tensor._ready, written out: this is the hottest line.
                 t = _new(Tensor)
@@ -567,7 +560,6 @@ def _fast_unary(op: Op) -> Callable[[Any], Tensor]:
                 try:
                     value = kernel(a._value)
                 except Exception as exc:
-                    a = None  # see _KernelTask.run: the failure must not keep the inputs
                     return op._failed(exc, shape, dtype, dev)
                 t = _new(Tensor)
                 t._state = READY
@@ -638,9 +630,9 @@ def define_op(
     :func:`elementwise_cost`). With ``operands=n``, only the first ``n``
     positional arguments are tensors and later ones bind to the rule's next
     parameters (``ert.sum(x, 0)``), and Python numbers become tensors unless
-    ``weak_scalars=True`` keeps them weak, as numpy's ufuncs do. ``replace=True`` lets a new op take the name of
-    an earlier user-defined one (re-running a notebook cell); built-in ops can't
-    be replaced, only given new kernels.
+    ``weak_scalars=True`` keeps them weak, as numpy's ufuncs do. ``replace=True``
+    lets a new op take the name of an earlier user-defined one (re-running a
+    notebook cell); built-in ops can't be replaced, only given new kernels.
     """
     existing = _registry.get(name)
     if existing is not None and not (replace and name not in _builtin_names):
