@@ -24,13 +24,12 @@ from ..tensor import Tensor
 from ._rules import as_float, broadcast_shapes, dtype_key, ufunc_dtype
 from .registry import GENERIC, Op, call_error, define_op
 
-__all__ = [
-    "BINARY_UFUNCS",
-    "UNARY_UFUNCS",
+__all__ = [  # the ufunc ops' names are added below, from the tables
     "clip",
     "gelu",
     "relu",
     "round",
+    "scaled_cost",
     "sigmoid",
     "where",
 ]
@@ -142,6 +141,11 @@ UFUNC_OPS: dict[str, Op] = {
     name: _ufunc_op(name, ufunc, factor)
     for name, (ufunc, factor) in {**UNARY_UFUNCS, **BINARY_UFUNCS}.items()
 }
+#: Other names for ufunc ops: numpy's, PyTorch's and the Array API's spellings.
+UFUNC_ALIASES = {"neg": "negative", "pow": "power"}
+globals().update(UFUNC_OPS)
+globals().update({alias: UFUNC_OPS[name] for alias, name in UFUNC_ALIASES.items()})
+__all__ += [*UFUNC_OPS, *UFUNC_ALIASES]
 
 
 # -- activations ---------------------------------------------------------------

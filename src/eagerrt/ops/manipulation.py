@@ -31,6 +31,7 @@ __all__ = [
     "concat",
     "expand_dims",
     "getitem",
+    "permute",
     "permute_dims",
     "reshape",
     "split",
@@ -341,3 +342,5 @@ astype = define_op(
     "astype", _astype_rule, cost=elementwise_cost, operands=1, doc="Cast to another dtype."
 )
 astype.register_kernel(GENERIC, lambda x, dtype, copy=True: x.astype(dtype, copy=copy))
+
+permute = permute_dims
