@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import (
     creation,
     elementwise,
+    indexing,
     linalg,
     manipulation,
     nn,
@@ -20,6 +21,7 @@ from . import (
 )
 from .creation import *  # noqa: F403
 from .elementwise import *  # noqa: F403
+from .indexing import *  # noqa: F403
 from .linalg import *  # noqa: F403
 from .manipulation import *  # noqa: F403
 from .nn import *  # noqa: F403
@@ -39,6 +41,7 @@ __all__ = [
 ]
 __all__ += creation.__all__
 __all__ += elementwise.__all__
+__all__ += indexing.__all__
 __all__ += linalg.__all__
 __all__ += manipulation.__all__
 __all__ += nn.__all__

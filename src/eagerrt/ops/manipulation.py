@@ -1,12 +1,12 @@
-"""Shape manipulation, indexing and dtype casts.
+"""Shape manipulation and dtype casts.
 
 Most of these are views in numpy (reshape of a contiguous array, transpose,
 expand_dims, basic slicing), so they cost one call and no copy.
 
 >>> import eagerrt as ert
 >>> x = ert.arange(6).reshape((2, 3))
->>> x.T.shape, x[:, 1:].shape, ert.concat([x, x], axis=1).shape
-((3, 2), (2, 2), (2, 6))
+>>> x.T.shape, x.reshape((3, 2)).shape, ert.concat([x, x], axis=1).shape
+((3, 2), (3, 2), (2, 6))
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._core.config import config
-from .._core.errors import DTypeError, OutOfBoundsError, ShapeError, UsageError
+from .._core.errors import DTypeError, ShapeError, UsageError
 from ..tensor import Tensor
 from ._rules import broadcast_shapes, normalize_axes, normalize_axis, shape_tuple, to_dtype
 from .registry import GENERIC, call_error, define_op, elementwise_cost
@@ -30,14 +30,12 @@ __all__ = [
     "broadcast_to",
     "concat",
     "expand_dims",
-    "getitem",
     "permute",
     "permute_dims",
     "reshape",
     "split",
     "squeeze",
     "stack",
-    "take",
     "transpose",
 ]
 
@@ -259,6 +257,8 @@ def split(x: Any, indices_or_sections: int | Sequence[int], axis: int = 0) -> li
         bounds, ax = _split_bounds(x, indices_or_sections, axis)
     except UsageError as exc:
         raise call_error(type(exc), "split", (x,), static, str(exc)) from None
+    from .indexing import getitem  # indexing builds on this module
+
     lead = (slice(None),) * ax
     return [getitem(x, index=(*lead, slice(a, b))) for a, b in bounds]
 
@@ -279,57 +279,6 @@ def _split_bounds(
     except TypeError:
         raise DTypeError(f"indices must be ints, got {indices_or_sections!r}") from None
     return list(itertools.pairwise([0, *cuts, n])), ax
-
-
-# -- indexing ------------------------------------------------------------------------
-_BASIC_INDEX_TYPES = (int, np.integer, slice, type(None), type(Ellipsis))
-
-
-def _getitem_rule(x: Any, index: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("getitem", x)
-    parts = index if isinstance(index, tuple) else (index,)
-    for part in parts:
-        if isinstance(part, bool) or not isinstance(part, _BASIC_INDEX_TYPES):
-            raise DTypeError(
-                f"only basic indexing (ints, slices, None, ...) is supported, got "
-                f"{type(part).__name__}; use ert.take for integer-array indexing"
-            )
-    # Index a zero-strided stand-in of the same shape: numpy's own semantics and
-    # errors, with no memory touched.
-    stand_in = np.broadcast_to(np.empty((), dtype=np.int8), x.shape)
-    try:
-        return stand_in[index].shape, x.dtype
-    except IndexError as exc:
-        raise OutOfBoundsError(f"index {index!r} for shape {x.shape}: {exc}") from None
-
-
-getitem = define_op(
-    "getitem", _getitem_rule, cost=_view_cost, operands=1, doc="Basic indexing (a view)."
-)
-getitem.register_kernel(GENERIC, lambda x, index: x[index])
-
-
-def _take_rule(
-    x: Any, indices: Any, axis: int | None = None
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("take", x)
-    indices = _need_tensor("take", indices)
-    if indices.dtype.kind not in "iu":
-        raise TypeError(f"take needs integer indices, got {indices.dtype}")
-    if axis is None:
-        return indices.shape, x.dtype
-    ax = normalize_axis(axis, x.ndim)
-    return x.shape[:ax] + indices.shape + x.shape[ax + 1 :], x.dtype
-
-
-take = define_op(
-    "take",
-    _take_rule,
-    cost=elementwise_cost,
-    operands=2,
-    doc="Gather elements by integer indices along ``axis``; a bad index fails on read.",
-)
-take.register_kernel(GENERIC, lambda x, indices, axis=None: np.take(x, indices, axis=axis))
 
 
 # -- dtype ---------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from ..devices.base import Device
 from ..tensor import Tensor
 from . import reduction
 from .elementwise import UFUNC_OPS
+from .indexing import getitem
 from .linalg import matmul
-from .manipulation import astype, getitem, reshape, transpose
+from .manipulation import astype, reshape, transpose
 from .registry import Op, elementwise_cost, launch
 
 __all__: list[str] = []
