@@ -1,12 +1,20 @@
-"""Matrix products: ``matmul`` (the ``@`` operator) and ``tensordot``.
+"""The Array API's linear algebra in the main namespace: ``matmul`` (the ``@``
+operator), ``tensordot``, ``vecdot`` and ``matrix_transpose``.
+
+The ``linalg`` extension (``eagerrt.linalg``) builds on these.
 
 >>> import eagerrt as ert
 >>> (ert.ones((2, 3)) @ ert.ones((3, 4))).shape
 (2, 4)
+>>> ert.vecdot(ert.asarray([[1.0, 2.0], [3.0, 4.0]]), ert.asarray([1.0, 1.0])).numpy()
+array([3., 7.])
+>>> ert.matrix_transpose(ert.zeros((5, 2, 3))).shape
+(5, 3, 2)
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -17,9 +25,9 @@ from .._core.config import config
 from .._core.errors import ShapeError
 from ..tensor import Tensor
 from ._rules import broadcast_shapes, normalize_axis, ufunc_dtype
-from .registry import GENERIC, define_op
+from .registry import GENERIC, Op, define_op
 
-__all__ = ["matmul", "tensordot"]
+__all__ = ["matmul", "matrix_transpose", "tensordot", "vecdot"]
 
 
 def _tensor_operands(op: str, a: Any, b: Any) -> None:
@@ -54,10 +62,24 @@ def _matmul_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, a: Tensor, b: 
     return config.op_overhead_ns + 2.0 * math.prod(shape) * inner * config.ns_per_flop
 
 
+def _signature_of(op: Op, *params: inspect.Parameter) -> None:
+    """Let ``inspect.signature(op)`` report the Array API's signature.
+
+    matmul and tensordot stay ops (not wrapping functions): Tensor's ``@`` binds
+    to matmul's fast path, and positional static parameters bind as in numpy.
+    """
+    op.__signature__ = inspect.Signature(list(params))  # type: ignore[attr-defined]
+
+
+_X1 = inspect.Parameter("x1", inspect.Parameter.POSITIONAL_ONLY)
+_X2 = inspect.Parameter("x2", inspect.Parameter.POSITIONAL_ONLY)
+
+
 matmul = define_op(
     "matmul", _matmul_rule, cost=_matmul_cost, doc="Matrix product with numpy's ``@`` rules."
 )
 matmul.register_kernel(GENERIC, np.matmul)
+_signature_of(matmul, _X1, _X2)
 
 
 @matmul.specialize("cpu")
@@ -126,3 +148,120 @@ tensordot = define_op(
     doc="Sum products over the given axes, as ``numpy.tensordot``.",
 )
 tensordot.register_kernel(GENERIC, lambda a, b, axes=2: np.tensordot(a, b, axes=axes))
+
+
+# The standard makes axes keyword-only; this namespace also takes it by position,
+# as numpy does (``ert.tensordot(a, b, 1)``), which the Array API's test suite
+# accepts. ``eagerrt.linalg.tensordot`` is the strict, keyword-only form.
+_signature_of(
+    tensordot,
+    _X1,
+    _X2,
+    inspect.Parameter("axes", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=2),
+)
+
+
+def contracted_axis(op: str, a: Tensor, b: Tensor, axis: Any) -> int:
+    """The Array API's ``axis`` for vecdot and cross: counted back from the last
+    dimension of each operand, as a negative axis valid for both."""
+    ndim = min(a.ndim, b.ndim)
+    if ndim == 0:
+        raise ValueError(f"{op} needs tensors of at least one dimension")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int, got {type(axis).__name__}")
+    negative = _from_the_end(a, b, int(axis))
+    if not -ndim <= negative <= -1:
+        raise ValueError(
+            f"axis {axis} is out of range for {a.ndim}-d and {b.ndim}-d tensors "
+            f"(counted from the end: -{ndim} to -1)"
+        )
+    return negative
+
+
+def _from_the_end(a: Any, b: Any, axis: int) -> int:
+    # A non-negative axis counts from the front of the broadcast shape.
+    return axis - max(a.ndim, b.ndim) if axis >= 0 else axis
+
+
+def contracted_shape(op: str, a: Tensor, b: Tensor, axis: int) -> tuple[int, ...]:
+    """Broadcast ``a`` and ``b`` outside ``axis`` (negative), whose sizes must agree."""
+    if a.shape[axis] != b.shape[axis]:
+        raise ValueError(
+            f"{op}: axis {axis} differs in size: {a.shape[axis]} (of {a.shape}) "
+            f"vs {b.shape[axis]} (of {b.shape})"
+        )
+    return broadcast_shapes(a.shape, b.shape)
+
+
+def _vecdot_rule(x1: Any, x2: Any, axis: int = -1) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    _tensor_operands("vecdot", x1, x2)
+    ax = contracted_axis("vecdot", x1, x2, axis)
+    shape = list(contracted_shape("vecdot", x1, x2, ax))
+    del shape[ax]
+    return tuple(shape), ufunc_dtype(np.vecdot, x1, x2)
+
+
+def _vecdot_cost(
+    shape: tuple[int, ...], dtype: np.dtype[Any], /, x1: Tensor, x2: Tensor, axis: int = -1
+) -> float:
+    inner = x1.shape[_from_the_end(x1, x2, axis)]
+    return config.op_overhead_ns + 2.0 * math.prod(shape) * inner * config.ns_per_element
+
+
+_vecdot = define_op(
+    "vecdot",
+    _vecdot_rule,
+    cost=_vecdot_cost,
+    operands=2,
+    doc="Dot products of vectors along ``axis``, conjugating the first.",
+)
+
+
+@_vecdot.kernel()
+def _vecdot_kernel(x1: Any, x2: Any, axis: int = -1) -> Any:
+    # Counted from each operand's end, as the standard does.
+    ax = _from_the_end(x1, x2, axis)
+    return np.asarray(np.vecdot(np.moveaxis(x1, ax, -1), np.moveaxis(x2, ax, -1)))
+
+
+def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Tensor:
+    """The dot product of the vectors along ``axis`` (counted from the end), with
+    the other dimensions broadcast; complex ``x1`` is conjugated, as the standard
+    asks (``sum(conj(x1) * x2, axis=axis)``).
+
+    >>> import eagerrt as ert
+    >>> ert.vecdot(ert.asarray([1j, 2.0]), ert.asarray([1j, 1.0])).item()
+    (3+0j)
+    >>> ert.vecdot(ert.ones((4, 3, 2)), ert.ones((3, 2)), axis=-2).shape
+    (4, 2)
+    """
+    return _vecdot(x1, x2, axis=axis)
+
+
+def _matrix_transpose_rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    if type(x) is not Tensor or x.ndim < 2:
+        ndim = x.ndim if type(x) is Tensor else 0
+        raise ValueError(f"matrix_transpose needs at least 2 dimensions, got {ndim}")
+    return (*x.shape[:-2], x.shape[-1], x.shape[-2]), x.dtype
+
+
+_matrix_transpose = define_op(
+    "matrix_transpose",
+    _matrix_transpose_rule,
+    cost=lambda shape, dtype, /, *args, **static: config.op_overhead_ns,  # a view
+    operands=1,
+    doc="Swap the last two axes.",
+)
+_matrix_transpose.register_kernel(GENERIC, np.matrix_transpose)
+
+
+def matrix_transpose(x: Any, /) -> Tensor:
+    """``x`` with its last two axes swapped (a view): a stack of transposed matrices.
+
+    >>> import eagerrt as ert
+    >>> ert.matrix_transpose(ert.asarray([[1, 2, 3]])).numpy()
+    array([[1],
+           [2],
+           [3]])
+    """
+    return _matrix_transpose(x)
