@@ -15,7 +15,7 @@ np.float32(2.0)
 
 from __future__ import annotations
 
-from . import devices, lowlevel
+from . import devices, fft, linalg, lowlevel
 from ._core.config import Config, config, sync_mode
 from ._core.errors import (
     ArgumentError,
@@ -58,7 +58,9 @@ __all__ = [
     "calibrate",
     "config",
     "devices",
+    "fft",
     "get_device",
+    "linalg",
     "lowlevel",
     "register_device",
     "stats",

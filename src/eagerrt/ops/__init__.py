@@ -10,8 +10,10 @@ from __future__ import annotations
 from . import (
     creation,
     elementwise,
+    fft,
     indexing,
     linalg,
+    linalg_extension,
     manipulation,
     nn,
     random,
@@ -41,8 +43,10 @@ __all__ = [
 ]
 __all__ += creation.__all__
 __all__ += elementwise.__all__
+__all__ += fft.__all__
 __all__ += indexing.__all__
 __all__ += linalg.__all__
+__all__ += linalg_extension.__all__
 __all__ += manipulation.__all__
 __all__ += nn.__all__
 __all__ += reduction.__all__
