@@ -1,28 +1,1027 @@
-"""Neural-network ops: softmax and log-softmax (more arrive with the NN op set).
+"""Neural-network ops, with ``torch.nn.functional``'s names, arguments and semantics.
 
-On the CPU, floats over the last axis use one fused numba pass per row; other
-axes and dtypes use numpy.
+Convolutions (``conv2d``, ``conv_transpose2d``), pooling (``max_pool2d``,
+``avg_pool2d``, ``adaptive_avg_pool2d``), normalization (``batch_norm`` in
+inference, ``layer_norm``, ``group_norm``), ``linear``, ``embedding``,
+activations (``softmax``, ``log_softmax``, ``silu``, ``softplus``; ``gelu`` lives
+in :mod:`~eagerrt.ops.elementwise`), ``scaled_dot_product_attention``, ``pad``,
+``interpolate``, ``one_hot`` and ``cross_entropy``.
+
+Each is one op: its shape rule runs at the call (bad shapes, dtypes and
+arguments fail on the user's line), its cost counts flops and bytes so heavy
+calls go to a worker, and its CPU kernel is numpy (BLAS) where numpy is fast and
+numba (:mod:`~eagerrt.ops._numba_nn`, imported on first use) where it is not.
+Float ops take float32 or float64 tensors and keep their dtype. Optional tensor
+arguments (a bias, a weight) that are given become operands of the op.
 
 >>> import eagerrt as ert
 >>> ert.softmax(ert.asarray([[0.0, 0.0]]), axis=-1).numpy()
 array([[0.5, 0.5]])
+>>> x = ert.ones((1, 1, 4, 4))
+>>> ert.conv2d(x, ert.ones((1, 1, 3, 3)), padding=1).numpy()[0, 0]
+array([[4., 6., 6., 4.],
+       [6., 9., 9., 6.],
+       [6., 9., 9., 6.],
+       [4., 6., 6., 4.]])
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import operator
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._core.config import config
+from .._core.errors import ArgumentError
 from ..tensor import Tensor
 from ._rules import as_float, normalize_axis, ufunc_dtype
 from .elementwise import scaled_cost
-from .registry import GENERIC, define_op
+from .registry import GENERIC, Op, define_op
 
-__all__ = ["log_softmax", "softmax"]
+__all__ = [
+    "adaptive_avg_pool2d",
+    "avg_pool2d",
+    "batch_norm",
+    "conv2d",
+    "conv_transpose2d",
+    "cross_entropy",
+    "embedding",
+    "group_norm",
+    "interpolate",
+    "layer_norm",
+    "linear",
+    "log_softmax",
+    "max_pool2d",
+    "one_hot",
+    "pad",
+    "scaled_dot_product_attention",
+    "silu",
+    "softmax",
+    "softplus",
+]
+
+Shape = tuple[int, ...]
+RuleOut = tuple[Shape, np.dtype[Any]]
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_INT64 = np.dtype(np.int64)
 
 
-def _softmax_rule(x: Any, axis: int = -1) -> tuple[tuple[int, ...], np.dtype[Any]]:
+# -- shared argument checks ---------------------------------------------------------
+def _float_dtype(what: str, first: Any, *others: Any) -> np.dtype[Any]:
+    """The common float32/float64 dtype of these tensors (None entries skipped)."""
+    dtype = getattr(first, "dtype", None)  # a Tensor in rules, an array in kernels
+    if dtype is None:
+        raise TypeError(f"{what} needs a tensor, not {type(first).__name__}")
+    if dtype not in _FLOATS:
+        raise TypeError(f"{what} needs float32 or float64 tensors, got {dtype}")
+    for other in others:
+        if other is not None and other.dtype != dtype:
+            raise TypeError(
+                f"{what} needs operands of one dtype, got {dtype} and {other.dtype} "
+                "(cast one with .astype)"
+            )
+    return dtype
+
+
+def _ints(value: Any, n: int, name: str, minimum: int) -> tuple[int, ...]:
+    """An int or a sequence of ``n`` ints (PyTorch's ``_pair``), each >= minimum."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int or a sequence of {n} ints, got {value!r}")
+    try:
+        if isinstance(value, (int, np.integer)):
+            out = (int(value),) * n
+        else:
+            out = tuple(operator.index(v) for v in value)
+            if len(out) == 1:
+                out *= n
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a sequence of {n} ints, got {value!r}") from None
+    if len(out) != n:
+        raise ArgumentError(f"{name} must have {n} values, got {value!r}")
+    if any(v < minimum for v in out):
+        raise ArgumentError(f"{name} must be >= {minimum}, got {value!r}")
+    return out
+
+
+def _check_shape(what: str, tensor: Any, shape: Shape) -> None:
+    if tensor is not None and tensor.shape != shape:
+        raise ValueError(f"{what} must have shape {shape}, got {tensor.shape}")
+
+
+def _spatial_input(what: str, x: Any) -> None:
+    if x.ndim not in (3, 4):
+        raise ValueError(f"{what} needs a 4-d (N, C, H, W) or 3-d (C, H, W) input, got {x.shape}")
+
+
+def _batched(x: np.ndarray) -> np.ndarray:
+    """A (C, H, W) image as a batch of one (kernels work on 4-d arrays)."""
+    return x[None] if x.ndim == 3 else x
+
+
+def _flop_cost(flops: float, elements: float) -> float:
+    return config.op_overhead_ns + flops * config.ns_per_flop + elements * config.ns_per_element
+
+
+# -- conv2d ------------------------------------------------------------------------------
+class _Conv(NamedTuple):
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ph: int  # top padding (bottom padding only shows in ho)
+    pw: int  # left padding
+    dh: int
+    dw: int
+    groups: int
+    ho: int
+    wo: int
+    out_shape: Shape
+
+
+def _conv_padding(
+    padding: Any, kernel: tuple[int, int], dilation: tuple[int, int], stride: tuple[int, int]
+) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) for an int, a pair, 'valid' or 'same'."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return 0, 0, 0, 0
+        if padding != "same":
+            raise ArgumentError(
+                f"padding must be an int, a pair, 'valid' or 'same', got {padding!r}"
+            )
+        if stride != (1, 1):
+            raise ArgumentError("padding='same' is not supported for strided convolutions")
+        # PyTorch puts the odd pixel of an even total at the bottom / right.
+        th, tw = (d * (k - 1) for d, k in zip(dilation, kernel, strict=True))
+        return th // 2, th - th // 2, tw // 2, tw - tw // 2
+    ph, pw = _ints(padding, 2, "padding", 0)
+    return ph, ph, pw, pw
+
+
+def _conv_geometry(
+    x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any
+) -> _Conv:
+    _spatial_input("conv2d", x)
+    if weight.ndim != 4:
+        raise ValueError(f"conv2d needs a 4-d (O, C/groups, kH, kW) weight, got {weight.shape}")
+    _float_dtype("conv2d", x, weight, bias)
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise ArgumentError(f"groups must be a positive int, got {groups!r}")
+    groups = int(groups)
+    *lead, c, h, w = x.shape
+    o, cg, kh, kw = weight.shape
+    if c != cg * groups:
+        raise ValueError(
+            f"input has {c} channels but weight {weight.shape} with groups={groups} "
+            f"expects {cg * groups}"
+        )
+    if o % groups:
+        raise ValueError(f"out channels {o} are not divisible by groups={groups}")
+    _check_shape("bias", bias, (o,))
+    sh, sw = _ints(stride, 2, "stride", 1)
+    dh, dw = _ints(dilation, 2, "dilation", 1)
+    top, bottom, left, right = _conv_padding(padding, (kh, kw), (dh, dw), (sh, sw))
+    ho = (h + top + bottom - dh * (kh - 1) - 1) // sh + 1
+    wo = (w + left + right - dw * (kw - 1) - 1) // sw + 1
+    if ho < 1 or wo < 1:
+        raise ValueError(
+            f"input {h}x{w} (padded {h + top + bottom}x{w + left + right}) is smaller than "
+            f"the dilated kernel {dh * (kh - 1) + 1}x{dw * (kw - 1) + 1}"
+        )
+    n = lead[0] if lead else 1
+    out_shape = (*lead, o, ho, wo)
+    return _Conv(n, c, h, w, o, kh, kw, sh, sw, top, left, dh, dw, groups, ho, wo, out_shape)
+
+
+def _conv2d_rule(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> RuleOut:
+    geo = _conv_geometry(input, weight, bias, stride, padding, dilation, groups)
+    return geo.out_shape, input.dtype
+
+
+def _conv2d_cost(
+    shape: Shape, dtype: np.dtype[Any], /, x: Tensor, w: Tensor, *rest: Any, **_: Any
+) -> float:
+    # Each output element: a dot product of C/groups * kH * kW; im2col copies as much.
+    taps = math.prod(w.shape[1:])
+    return _flop_cost(2.0 * math.prod(shape) * taps, math.prod(shape) / w.shape[0] * taps)
+
+
+#: The im2col block aims at about this many bytes, so it stays in the L2 cache
+#: while the matmul reads it right after it is written.
+_IM2COL_BYTES = 1 << 20
+
+
+def _conv2d_kernel(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> np.ndarray:
+    g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    x4 = np.ascontiguousarray(_batched(x))
+    out = np.empty((g.n, g.o, g.ho, g.wo), x.dtype)
+    og, cg = g.o // g.groups, g.c // g.groups
+    taps = cg * g.kh * g.kw
+    wmat = np.ascontiguousarray(weight).reshape(g.groups, og, taps)
+    plain = (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.ho, g.wo) == (1, 1, 1, 1, 0, 0, g.h, g.w)
+    if plain:  # 1x1, stride 1, no padding: the input already is the im2col matrix
+        xs = x4.reshape(g.n, g.groups, cg, g.h * g.w)
+        outs = out.reshape(g.n, g.groups, og, g.h * g.w)
+        for gi in range(g.groups):
+            np.matmul(wmat[gi], xs[:, gi], out=outs[:, gi])
+    else:
+        from ._numba_nn import im2col
+
+        # Blocks of output rows: im2col fills (taps, rows * wo), one BLAS matmul
+        # (og, taps) @ (taps, rows * wo) writes those rows of every out channel.
+        rows = max(1, min(g.ho, _IM2COL_BYTES // (taps * g.wo * x.itemsize)))
+        cols = np.empty((taps, rows * g.wo), x.dtype)
+        flat = out.reshape(g.n, g.o, g.ho * g.wo)
+        for ni in range(g.n):
+            for gi in range(g.groups):
+                dest = flat[ni, gi * og : (gi + 1) * og]
+                for r0 in range(0, g.ho, rows):
+                    r1 = min(g.ho, r0 + rows)
+                    block = cols[:, : (r1 - r0) * g.wo]
+                    im2col(
+                        x4[ni], block, gi * cg, (gi + 1) * cg,
+                        g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, r0, r1, g.wo,
+                    )  # fmt: skip
+                    np.matmul(wmat[gi], block, out=dest[:, r0 * g.wo : r1 * g.wo])
+    if bias is not None:
+        out += bias.reshape(-1, 1, 1)
+    return out if x.ndim == 4 else out[0]
+
+
+_conv2d = define_op(
+    "conv2d",
+    _conv2d_rule,
+    cost=_conv2d_cost,
+    weak_scalars=False,
+    doc="2-d convolution (cross-correlation), as ``torch.nn.functional.conv2d``.",
+)
+_conv2d.register_kernel(GENERIC, _conv2d_kernel)
+
+
+def _present(*tensors: Any) -> tuple[Any, ...]:
+    """The given optional operands (None ones dropped) and which were given."""
+    return tuple(t for t in tensors if t is not None)
+
+
+def conv2d(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Tensor:
+    """2-d convolution of an (N, C, H, W) or (C, H, W) input with an
+    (O, C/groups, kH, kW) weight, as ``torch.nn.functional.conv2d``.
+
+    ``padding`` is an int, a pair, ``'valid'`` or ``'same'`` (stride 1 only).
+
+    >>> import eagerrt as ert
+    >>> x = ert.ones((2, 4, 8, 8))
+    >>> ert.conv2d(x, ert.ones((6, 2, 3, 3)), stride=2, groups=2).shape
+    (2, 6, 3, 3)
+    >>> ert.conv2d(x, ert.ones((6, 4, 3, 3)), ert.zeros(6), padding="same").shape
+    (2, 6, 8, 8)
+    """
+    return _conv2d(
+        input, weight, *_present(bias),
+        stride=stride, padding=padding, dilation=dilation, groups=groups,
+    )  # fmt: skip
+
+
+# -- conv_transpose2d ------------------------------------------------------------------
+def _conv_transpose_geometry(
+    x: Any,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    output_padding: Any,
+    groups: Any,
+    dilation: Any,
+) -> _Conv:
+    _spatial_input("conv_transpose2d", x)
+    if weight.ndim != 4:
+        raise ValueError(
+            f"conv_transpose2d needs a 4-d (C_in, C_out/groups, kH, kW) weight, got {weight.shape}"
+        )
+    _float_dtype("conv_transpose2d", x, weight, bias)
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise ArgumentError(f"groups must be a positive int, got {groups!r}")
+    groups = int(groups)
+    *lead, c, h, w = x.shape
+    cin, og, kh, kw = weight.shape
+    if c != cin:
+        raise ValueError(f"input has {c} channels but weight {weight.shape} expects {cin}")
+    if cin % groups:
+        raise ValueError(f"in channels {cin} are not divisible by groups={groups}")
+    o = og * groups
+    _check_shape("bias", bias, (o,))
+    sh, sw = _ints(stride, 2, "stride", 1)
+    dh, dw = _ints(dilation, 2, "dilation", 1)
+    ph, pw = _ints(padding, 2, "padding", 0)
+    oph, opw = _ints(output_padding, 2, "output_padding", 0)
+    if oph >= max(sh, dh) or opw >= max(sw, dw):
+        raise ArgumentError(
+            f"output_padding {(oph, opw)} must be smaller than stride or dilation "
+            f"(stride {(sh, sw)}, dilation {(dh, dw)})"
+        )
+    ho = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+    wo = (w - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+    if ho < 1 or wo < 1:
+        raise ValueError(f"padding {(ph, pw)} leaves an empty output ({ho}x{wo})")
+    n = lead[0] if lead else 1
+    return _Conv(n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups, ho, wo, (*lead, o, ho, wo))
+
+
+def _conv_transpose2d_rule(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+) -> RuleOut:
+    geo = _conv_transpose_geometry(
+        input, weight, bias, stride, padding, output_padding, groups, dilation
+    )
+    return geo.out_shape, input.dtype
+
+
+def _conv_transpose2d_cost(
+    shape: Shape, dtype: np.dtype[Any], /, x: Tensor, w: Tensor, *rest: Any, **_: Any
+) -> float:
+    taps = math.prod(w.shape[1:])  # per input element: C_out/groups * kH * kW products
+    return _flop_cost(
+        2.0 * x.size * taps, x.size / w.shape[0] * taps * w.shape[0] + math.prod(shape)
+    )
+
+
+def _conv_transpose2d_kernel(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+) -> np.ndarray:
+    from ._numba_nn import col2im_add
+
+    g = _conv_transpose_geometry(x, weight, bias, stride, padding, output_padding, groups, dilation)
+    x4 = np.ascontiguousarray(_batched(x))
+    out = np.zeros((g.n, g.o, g.ho, g.wo), x.dtype)
+    cg, og = g.c // g.groups, g.o // g.groups
+    # The adjoint of conv2d: per image and group, (og*kH*kW, cg) @ (cg, H*W) gives
+    # every tap's contribution, which col2im adds into the output.
+    wt = np.ascontiguousarray(
+        np.asarray(weight).reshape(g.groups, cg, og * g.kh * g.kw).transpose(0, 2, 1)
+    )
+    xs = x4.reshape(g.n, g.groups, cg, g.h * g.w)
+    for ni in range(g.n):
+        for gi in range(g.groups):
+            cols = wt[gi] @ xs[ni, gi]
+            col2im_add(
+                cols, out[ni], gi * og, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.h, g.w
+            )
+    if bias is not None:
+        out += bias.reshape(-1, 1, 1)
+    return out if x.ndim == 4 else out[0]
+
+
+_conv_transpose2d = define_op(
+    "conv_transpose2d",
+    _conv_transpose2d_rule,
+    cost=_conv_transpose2d_cost,
+    weak_scalars=False,
+    doc="2-d transposed convolution, as ``torch.nn.functional.conv_transpose2d``.",
+)
+_conv_transpose2d.register_kernel(GENERIC, _conv_transpose2d_kernel)
+
+
+def conv_transpose2d(
+    input: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+) -> Tensor:
+    """2-d transposed convolution ("deconvolution") with a (C_in, C_out/groups,
+    kH, kW) weight, as ``torch.nn.functional.conv_transpose2d``.
+
+    >>> import eagerrt as ert
+    >>> ert.conv_transpose2d(ert.ones((1, 3, 4, 4)), ert.ones((3, 2, 3, 3)), stride=2).shape
+    (1, 2, 9, 9)
+    >>> ert.conv_transpose2d(ert.ones((1, 1, 1, 1)), ert.ones((1, 1, 2, 2))).numpy()
+    array([[[[1., 1.],
+             [1., 1.]]]])
+    """
+    return _conv_transpose2d(
+        input, weight, *_present(bias),
+        stride=stride, padding=padding, output_padding=output_padding,
+        groups=groups, dilation=dilation,
+    )  # fmt: skip
+
+
+# -- pooling -------------------------------------------------------------------------------
+def _pool_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size (a window may not start in the right padding)."""
+    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+class _Pool(NamedTuple):
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+    out_shape: Shape
+
+
+def _pool_geometry(
+    what: str,
+    x: Any,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: bool,
+) -> _Pool:
+    _spatial_input(what, x)
+    _float_dtype(what, x)
+    kh, kw = _ints(kernel_size, 2, "kernel_size", 1)
+    sh, sw = (kh, kw) if stride is None or stride == () else _ints(stride, 2, "stride", 1)
+    ph, pw = _ints(padding, 2, "padding", 0)
+    dh, dw = _ints(dilation, 2, "dilation", 1)
+    if 2 * ph > kh or 2 * pw > kw:
+        raise ArgumentError(f"padding {(ph, pw)} must be at most half the kernel size {(kh, kw)}")
+    h, w = x.shape[-2:]
+    ho = _pool_size(h, kh, sh, ph, dh, ceil_mode)
+    wo = _pool_size(w, kw, sw, pw, dw, ceil_mode)
+    if ho < 1 or wo < 1:
+        raise ValueError(f"{what}: input {h}x{w} is too small for the window (output {ho}x{wo})")
+    return _Pool(kh, kw, sh, sw, ph, pw, dh, dw, (*x.shape[:-2], ho, wo))
+
+
+def _pool_cost(shape: Shape, dtype: np.dtype[Any], /, x: Tensor, **static: Any) -> float:
+    kh, kw = _ints(static.get("kernel_size", 1), 2, "kernel_size", 1)
+    return _flop_cost(0.0, math.prod(shape) * kh * kw * 2)
+
+
+def _planes(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).reshape(-1, *x.shape[-2:])
+
+
+def _max_pool2d_rule(
+    input: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> RuleOut:
+    geo = _pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode)
+    return geo.out_shape, input.dtype
+
+
+def _max_pool2d_kernel(
+    x: np.ndarray,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> np.ndarray:
+    from ._numba_nn import max_pool2d as kernel
+
+    g = _pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    out = np.empty(g.out_shape, x.dtype)
+    kernel(_planes(x), _planes(out), g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)
+    return out
+
+
+max_pool2d = define_op(
+    "max_pool2d",
+    _max_pool2d_rule,
+    cost=_pool_cost,
+    operands=1,
+    doc="""2-d max pooling, as ``torch.nn.functional.max_pool2d`` (no ``return_indices``).
+
+    >>> import eagerrt as ert
+    >>> x = ert.arange(16.0).reshape(1, 1, 4, 4)
+    >>> ert.max_pool2d(x, 2).numpy()
+    array([[[[ 5.,  7.],
+             [13., 15.]]]])
+    """,
+)
+max_pool2d.register_kernel(GENERIC, _max_pool2d_kernel)
+
+
+def _avg_pool2d_rule(
+    input: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> RuleOut:
+    if divisor_override is not None and (
+        isinstance(divisor_override, bool)
+        or not isinstance(divisor_override, (int, np.integer))
+        or divisor_override < 1
+    ):
+        raise ArgumentError(f"divisor_override must be a positive int, got {divisor_override!r}")
+    geo = _pool_geometry("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode)
+    return geo.out_shape, input.dtype
+
+
+def _avg_pool2d_kernel(
+    x: np.ndarray,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> np.ndarray:
+    from ._numba_nn import avg_pool2d as kernel
+
+    g = _pool_geometry("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
+    out = np.empty(g.out_shape, x.dtype)
+    divisor = int(divisor_override or 0)
+    kernel(
+        _planes(x),
+        _planes(out),
+        g.kh,
+        g.kw,
+        g.sh,
+        g.sw,
+        g.ph,
+        g.pw,
+        bool(count_include_pad),
+        divisor,
+    )
+    return out
+
+
+avg_pool2d = define_op(
+    "avg_pool2d",
+    _avg_pool2d_rule,
+    cost=_pool_cost,
+    operands=1,
+    doc="""2-d average pooling, as ``torch.nn.functional.avg_pool2d``
+    (``count_include_pad=True`` by default, as there).
+
+    >>> import eagerrt as ert
+    >>> x = ert.ones((1, 1, 3, 3))
+    >>> ert.avg_pool2d(x, 2, padding=1).numpy()[0, 0]
+    array([[0.25, 0.5 ],
+           [0.5 , 1.  ]])
+    """,
+)
+avg_pool2d.register_kernel(GENERIC, _avg_pool2d_kernel)
+
+
+def _adaptive_size(x: Any, output_size: Any) -> tuple[int, int]:
+    if output_size is None or isinstance(output_size, (int, np.integer)):
+        pair: Any = (output_size, output_size)
+    else:
+        pair = tuple(output_size)
+    if len(pair) != 2:
+        raise ArgumentError(f"output_size must be an int or a pair, got {output_size!r}")
+    h, w = x.shape[-2:]
+    # None keeps that dimension's input size, as in PyTorch.
+    out = (h if pair[0] is None else pair[0], w if pair[1] is None else pair[1])
+    oh, ow = _ints(out, 2, "output_size", 1)
+    return oh, ow
+
+
+def _adaptive_avg_pool2d_rule(input: Any, output_size: Any) -> RuleOut:
+    _spatial_input("adaptive_avg_pool2d", input)
+    _float_dtype("adaptive_avg_pool2d", input)
+    return (*input.shape[:-2], *_adaptive_size(input, output_size)), input.dtype
+
+
+def _adaptive_avg_pool2d_kernel(x: np.ndarray, output_size: Any) -> np.ndarray:
+    from ._numba_nn import adaptive_avg_pool2d as kernel
+
+    out = np.empty((*x.shape[:-2], *_adaptive_size(x, output_size)), x.dtype)
+    kernel(_planes(x), _planes(out))
+    return out
+
+
+adaptive_avg_pool2d = define_op(
+    "adaptive_avg_pool2d",
+    _adaptive_avg_pool2d_rule,
+    cost=lambda shape, dtype, x, **_: _flop_cost(0.0, 2.0 * x.size + math.prod(shape)),
+    operands=1,
+    doc="""Average pooling to a given output size, as
+    ``torch.nn.functional.adaptive_avg_pool2d`` (a None size keeps the input's).
+
+    >>> import eagerrt as ert
+    >>> ert.adaptive_avg_pool2d(ert.arange(16.0).reshape(1, 1, 4, 4), 1).numpy()
+    array([[[[7.5]]]])
+    """,
+)
+adaptive_avg_pool2d.register_kernel(GENERIC, _adaptive_avg_pool2d_kernel)
+
+
+# -- normalization ------------------------------------------------------------------------
+def _norm_cost(shape: Shape, dtype: np.dtype[Any], /, *args: Any, **_: Any) -> float:
+    return _flop_cost(0.0, 5.0 * math.prod(shape))
+
+
+def _check_eps(eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating, np.integer)):
+        raise TypeError(f"eps must be a number, got {eps!r}")
+    if not eps >= 0:
+        raise ArgumentError(f"eps must be >= 0, got {eps!r}")
+    return float(eps)
+
+
+def _affine(args: tuple[Any, ...], has_weight: bool, has_bias: bool) -> tuple[Any, Any]:
+    """The optional (weight, bias) operands, by the flags saying which were given."""
+    if len(args) != has_weight + has_bias:
+        raise ValueError(f"expected {has_weight + has_bias} affine operand(s), got {len(args)}")
+    weight = args[0] if has_weight else None
+    bias = args[-1] if has_bias else None
+    return weight, bias
+
+
+def _batch_norm_rule(
+    input: Any,
+    running_mean: Any,
+    running_var: Any,
+    *affine: Any,
+    has_weight: bool = False,
+    has_bias: bool = False,
+    eps: float = 1e-5,
+) -> RuleOut:
+    weight, bias = _affine(affine, has_weight, has_bias)
+    _float_dtype("batch_norm", input, running_mean, running_var, weight, bias)
+    if input.ndim < 2:
+        raise ValueError(f"batch_norm needs an (N, C, ...) input, got {input.shape}")
+    c = input.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+        _check_shape(name, t, (c,))
+    _check_shape("weight", weight, (c,))
+    _check_shape("bias", bias, (c,))
+    _check_eps(eps)
+    return input.shape, input.dtype
+
+
+def _batch_norm_kernel(
+    x: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    *affine: np.ndarray,
+    has_weight: bool = False,
+    has_bias: bool = False,
+    eps: float = 1e-5,
+) -> np.ndarray:
+    weight, bias = _affine(affine, has_weight, has_bias)
+    # Fold everything into one scale and shift per channel: one pass over x.
+    scale = 1.0 / np.sqrt(var.astype(np.float64) + eps)
+    if weight is not None:
+        scale = scale * weight
+    shift = -mean * scale
+    if bias is not None:
+        shift = shift + bias
+    bcast = (-1,) + (1,) * (x.ndim - 2)
+    out = x * scale.astype(x.dtype).reshape(bcast)
+    out += shift.astype(x.dtype).reshape(bcast)
+    return out
+
+
+_batch_norm = define_op(
+    "batch_norm",
+    _batch_norm_rule,
+    cost=_norm_cost,
+    weak_scalars=False,
+    doc="Batch normalization with running statistics (inference).",
+)
+_batch_norm.register_kernel(GENERIC, _batch_norm_kernel)
+
+
+def batch_norm(
+    input: Any,
+    running_mean: Any,
+    running_var: Any,
+    weight: Any = None,
+    bias: Any = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch normalization of an (N, C, ...) input with the running statistics,
+    as ``torch.nn.functional.batch_norm`` in inference (``training=False``).
+
+    >>> import eagerrt as ert
+    >>> x = ert.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> ert.batch_norm(x, ert.asarray([2.0, 3.0]), ert.asarray([1.0, 4.0]), eps=0.0).numpy()
+    array([[-1. , -0.5],
+           [ 1. ,  0.5]])
+    """
+    if training:
+        # Training updates the running statistics in place, which an op can't do.
+        raise ArgumentError(
+            "batch_norm supports inference only (training=False): normalize with "
+            "batch statistics by hand (mean / var over the batch) for training"
+        )
+    return _batch_norm(
+        input, running_mean, running_var, *_present(weight, bias),
+        has_weight=weight is not None, has_bias=bias is not None, eps=eps,
+    )  # fmt: skip
+
+
+def _normalized_shape(normalized_shape: Any) -> Shape:
+    if isinstance(normalized_shape, (int, np.integer)) and not isinstance(normalized_shape, bool):
+        return (int(normalized_shape),)
+    try:
+        return tuple(operator.index(d) for d in normalized_shape)
+    except TypeError:
+        raise TypeError(
+            f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}"
+        ) from None
+
+
+def _layer_norm_rule(
+    input: Any,
+    *affine: Any,
+    normalized_shape: Any = (),
+    has_weight: bool = False,
+    has_bias: bool = False,
+    eps: float = 1e-5,
+) -> RuleOut:
+    weight, bias = _affine(affine, has_weight, has_bias)
+    _float_dtype("layer_norm", input, weight, bias)
+    norm = _normalized_shape(normalized_shape)
+    if not norm or input.shape[input.ndim - len(norm) :] != norm or len(norm) > input.ndim:
+        raise ValueError(
+            f"normalized_shape {norm} must be the last dimensions of the input {input.shape}"
+        )
+    _check_shape("weight", weight, norm)
+    _check_shape("bias", bias, norm)
+    _check_eps(eps)
+    return input.shape, input.dtype
+
+
+def _normalize(x: np.ndarray, cols: int, weight: Any, bias: Any, eps: float) -> np.ndarray:
+    """Rows of ``cols`` values normalized (numba), then scaled and shifted."""
+    from ._numba_nn import normalize_rows
+
+    rows = np.ascontiguousarray(x).reshape(-1, cols)
+    out = np.empty_like(rows)
+    w = np.ones(cols, x.dtype) if weight is None else np.ascontiguousarray(weight).reshape(cols)
+    b = np.zeros(cols, x.dtype) if bias is None else np.ascontiguousarray(bias).reshape(cols)
+    if rows.size:
+        normalize_rows(rows, out, w, b, eps)
+    return out.reshape(x.shape)
+
+
+def _layer_norm_kernel(
+    x: np.ndarray,
+    *affine: np.ndarray,
+    normalized_shape: Any = (),
+    has_weight: bool = False,
+    has_bias: bool = False,
+    eps: float = 1e-5,
+) -> np.ndarray:
+    weight, bias = _affine(affine, has_weight, has_bias)
+    cols = math.prod(_normalized_shape(normalized_shape))
+    return _normalize(x, cols, weight, bias, float(eps))
+
+
+_layer_norm = define_op(
+    "layer_norm",
+    _layer_norm_rule,
+    cost=_norm_cost,
+    weak_scalars=False,
+    doc="Layer normalization over the trailing ``normalized_shape`` dimensions.",
+)
+_layer_norm.register_kernel(GENERIC, _layer_norm_kernel)
+
+
+def layer_norm(
+    input: Any,
+    normalized_shape: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalize over the last ``len(normalized_shape)`` dimensions (biased
+    variance), then scale and shift, as ``torch.nn.functional.layer_norm``.
+
+    >>> import eagerrt as ert
+    >>> ert.layer_norm(ert.asarray([[1.0, 3.0]]), (2,), eps=0.0).numpy()
+    array([[-1.,  1.]])
+    """
+    return _layer_norm(
+        input, *_present(weight, bias),
+        normalized_shape=normalized_shape,
+        has_weight=weight is not None, has_bias=bias is not None, eps=eps,
+    )  # fmt: skip
+
+
+def _group_norm_rule(
+    input: Any,
+    *affine: Any,
+    num_groups: int = 1,
+    has_weight: bool = False,
+    has_bias: bool = False,
+    eps: float = 1e-5,
+) -> RuleOut:
+    weight, bias = _affine(affine, has_weight, has_bias)
+    _float_dtype("group_norm", input, weight, bias)
+    if input.ndim < 2:
+        raise ValueError(f"group_norm needs an (N, C, ...) input, got {input.shape}")
+    if isinstance(num_groups, bool) or not isinstance(num_groups, (int, np.integer)):
+        raise TypeError(f"num_groups must be an int, got {num_groups!r}")
+    c = input.shape[1]
+    if num_groups < 1 or c % num_groups:
+        raise ValueError(f"{c} channels can't be split into num_groups={num_groups} groups")
+    _check_shape("weight", weight, (c,))
+    _check_shape("bias", bias, (c,))
+    _check_eps(eps)
+    return input.shape, input.dtype
+
+
+def _group_norm_kernel(
+    x: np.ndarray,
+    *affine: np.ndarray,
+    num_groups: int = 1,
+    has_weight: bool = False,
+    has_bias: bool = False,
+    eps: float = 1e-5,
+) -> np.ndarray:
+    weight, bias = _affine(affine, has_weight, has_bias)
+    n, c = x.shape[:2]
+    per_group = math.prod(x.shape[1:]) // num_groups
+    out = _normalize(x, per_group, None, None, float(eps))
+    if weight is not None or bias is not None:
+        channels = out.reshape(n, c, -1)
+        if weight is not None:
+            channels *= weight.reshape(c, 1)
+        if bias is not None:
+            channels += bias.reshape(c, 1)
+    return out
+
+
+_group_norm = define_op(
+    "group_norm",
+    _group_norm_rule,
+    cost=_norm_cost,
+    weak_scalars=False,
+    doc="Group normalization: statistics per sample over groups of channels.",
+)
+_group_norm.register_kernel(GENERIC, _group_norm_kernel)
+
+
+def group_norm(
+    input: Any,
+    num_groups: int,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalize each sample's channels in ``num_groups`` groups, then scale and
+    shift per channel, as ``torch.nn.functional.group_norm``.
+
+    >>> import eagerrt as ert
+    >>> x = ert.asarray([[[1.0], [3.0], [5.0], [9.0]]])
+    >>> ert.group_norm(x, 2, eps=0.0).numpy()[0, :, 0]
+    array([-1.,  1., -1.,  1.])
+    """
+    return _group_norm(
+        input, *_present(weight, bias),
+        num_groups=num_groups,
+        has_weight=weight is not None, has_bias=bias is not None, eps=eps,
+    )  # fmt: skip
+
+
+# -- linear and embedding ---------------------------------------------------------------------
+def _linear_rule(input: Any, weight: Any, bias: Any = None) -> RuleOut:
+    _float_dtype("linear", input, weight, bias)
+    if weight.ndim != 2:
+        raise ValueError(f"linear needs an (out_features, in_features) weight, got {weight.shape}")
+    if input.ndim < 1 or input.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"input {input.shape} must end in in_features={weight.shape[1]} (weight {weight.shape})"
+        )
+    _check_shape("bias", bias, (weight.shape[0],))
+    return (*input.shape[:-1], weight.shape[0]), input.dtype
+
+
+def _linear_kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    out = np.matmul(x, weight.T)  # BLAS reads the transposed weight in place
+    if bias is not None:
+        out += bias
+    return out
+
+
+linear = define_op(
+    "linear",
+    _linear_rule,
+    cost=lambda shape, dtype, x, w, *b: _flop_cost(2.0 * math.prod(shape) * w.shape[1], 0.0),
+    weak_scalars=False,
+    doc="""``input @ weight.T + bias`` with PyTorch's (out_features, in_features)
+    weight, as ``torch.nn.functional.linear`` (the bias is optional).
+
+    >>> import eagerrt as ert
+    >>> ert.linear(ert.ones((2, 3)), ert.ones((4, 3)), ert.ones(4)).numpy()
+    array([[4., 4., 4., 4.],
+           [4., 4., 4., 4.]])
+    """,
+)
+linear.register_kernel(GENERIC, _linear_kernel)
+
+
+def _embedding_rule(input: Any, weight: Any, padding_idx: int | None = None) -> RuleOut:
+    if input.dtype.kind not in "iu":
+        raise TypeError(f"embedding indices must be integers, got {input.dtype}")
+    if weight.ndim != 2:
+        raise ValueError(f"embedding needs a 2-d (num_embeddings, dim) table, got {weight.shape}")
+    if padding_idx is not None:
+        num = weight.shape[0]
+        if not -num <= padding_idx < num:
+            raise ArgumentError(f"padding_idx {padding_idx} is out of range for {num} embeddings")
+    return (*input.shape, weight.shape[1]), weight.dtype
+
+
+def _embedding_kernel(
+    indices: np.ndarray, weight: np.ndarray, padding_idx: int | None = None
+) -> np.ndarray:
+    num = weight.shape[0]
+    if indices.size:
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= num:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"embedding index {bad} is out of range for a table of {num} rows")
+    # padding_idx only changes gradients (that row gets none): the lookup ignores it.
+    return np.take(weight, indices, axis=0)
+
+
+embedding = define_op(
+    "embedding",
+    _embedding_rule,
+    cost=lambda shape, dtype, *args, **_: _flop_cost(0.0, 2.0 * math.prod(shape)),
+    operands=2,
+    doc="""Rows of ``weight`` picked by integer ``input``, as
+    ``torch.nn.functional.embedding``; an index out of range fails on await.
+
+    >>> import eagerrt as ert
+    >>> table = ert.asarray([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    >>> ert.embedding(ert.asarray([2, 0]), table).numpy()
+    array([[2., 2.],
+           [0., 0.]])
+    """,
+)
+embedding.register_kernel(GENERIC, _embedding_kernel)
+
+
+# -- activations -------------------------------------------------------------------------------
+def _softmax_rule(x: Any, axis: int = -1) -> RuleOut:
     if type(x) is not Tensor:
         raise TypeError("softmax needs a tensor")
     normalize_axis(axis, x.ndim)
@@ -38,17 +1037,23 @@ def _softmax_numpy(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
     return e
 
 
+def _log_softmax_last(x: np.ndarray, log: bool) -> np.ndarray:
+    """(Log-)softmax over the last axis: the fused numba pass for floats."""
+    if x.dtype in _FLOATS and x.shape[-1] >= 16 and x.size:
+        from ._numba_kernels import softmax_last_axis
+
+        return softmax_last_axis(x, log)
+    return _softmax_numpy(x, -1, log)
+
+
 def _softmax_kernels(log: bool) -> tuple[Any, Any]:
     def generic(x: Any, axis: int = -1) -> np.ndarray:
         return _softmax_numpy(as_float(x), axis, log)
 
     def cpu(x: Any, axis: int = -1) -> np.ndarray:
         x = as_float(x)
-        last = x.ndim >= 1 and normalize_axis(axis, x.ndim) == x.ndim - 1
-        if last and x.dtype in (np.float32, np.float64) and x.shape[-1] >= 16 and x.size:
-            from ._numba_kernels import softmax_last_axis
-
-            return softmax_last_axis(x, log)
+        if x.ndim >= 1 and normalize_axis(axis, x.ndim) == x.ndim - 1:
+            return _log_softmax_last(x, log)
         return _softmax_numpy(x, axis, log)
 
     return generic, cpu
@@ -72,3 +1077,659 @@ for _op, _log in ((softmax, False), (log_softmax, True)):
     _generic, _cpu = _softmax_kernels(_log)
     _op.register_kernel(GENERIC, _generic)
     _op.register_kernel("cpu", _cpu)  # the fused numba pass overrides the generic kernel
+
+
+def _real_float_rule(what: str, x: Any) -> RuleOut:
+    """Shape kept; ints become float64 as in numpy's exp; complex refused."""
+    if type(x) is not Tensor:
+        raise TypeError(f"{what} needs a tensor, not {type(x).__name__}")
+    dtype = ufunc_dtype(np.exp, x)
+    if dtype.kind != "f":
+        raise TypeError(f"{what} is defined for real numbers, not {x.dtype}")
+    return x.shape, dtype
+
+
+silu = define_op(
+    "silu",
+    lambda x: _real_float_rule("silu", x),
+    cost=scaled_cost(10),
+    operands=1,
+    doc="""SiLU (swish) ``x * sigmoid(x)``, as ``torch.nn.functional.silu``.
+
+    >>> import eagerrt as ert
+    >>> ert.silu(ert.asarray([0.0, 1.0])).numpy().round(4)
+    array([0.    , 0.7311])
+    """,
+)
+
+
+@silu.kernel()
+def _silu(x: Any) -> Any:
+    x = as_float(x)
+    # sigmoid as (1 + tanh(x/2)) / 2: no overflow in exp for large |x|.
+    out = np.tanh(x * 0.5)
+    out += 1
+    out *= 0.5
+    out *= x
+    return out
+
+
+def _softplus_rule(x: Any, beta: float = 1.0, threshold: float = 20.0) -> RuleOut:
+    for name, value in (("beta", beta), ("threshold", threshold)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must be a number, got {value!r}")
+    if beta == 0:
+        raise ArgumentError("beta must be nonzero")
+    return _real_float_rule("softplus", x)
+
+
+softplus = define_op(
+    "softplus",
+    _softplus_rule,
+    cost=scaled_cost(10),
+    operands=1,
+    doc="""``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold``,
+    as ``torch.nn.functional.softplus``.
+
+    >>> import eagerrt as ert
+    >>> ert.softplus(ert.asarray([0.0, 30.0])).numpy().round(4)
+    array([ 0.6931, 30.    ])
+    """,
+)
+
+
+@softplus.kernel()
+def _softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Any:
+    x = as_float(x)
+    scaled = x * x.dtype.type(beta)
+    # exp of the clipped value: the linear branch is chosen there anyway, and
+    # no overflow warning is raised for it.
+    soft = np.log1p(np.exp(np.minimum(scaled, threshold)))
+    soft /= x.dtype.type(beta)
+    return np.where(scaled > threshold, x, soft)
+
+
+# -- attention -------------------------------------------------------------------------------
+class _Attention(NamedTuple):
+    batch: Shape
+    length: int
+    source: int
+    embed: int
+    value_embed: int
+    kv_repeat: int  # grouped-query attention: each key/value head serves this many
+
+
+def _attention_geometry(
+    q: Any, k: Any, v: Any, mask: Any, is_causal: bool, enable_gqa: bool
+) -> _Attention:
+    dtype = _float_dtype("scaled_dot_product_attention", q, k, v)
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if t.ndim < 2:
+            raise ValueError(f"{name} must have at least 2 dimensions (..., L, E), got {t.shape}")
+    length, embed = q.shape[-2:]
+    source, key_embed = k.shape[-2:]
+    if key_embed != embed:
+        raise ValueError(f"query {q.shape} and key {k.shape} differ in their last dimension")
+    if v.shape[-2] != source:
+        raise ValueError(f"key {k.shape} and value {v.shape} differ in sequence length")
+    kb, vb = k.shape[:-2], v.shape[:-2]
+    repeat = 1
+    if enable_gqa and q.ndim >= 3 and k.ndim >= 3 and v.ndim >= 3:
+        heads, kv_heads = q.shape[-3], k.shape[-3]
+        if kv_heads != v.shape[-3] or heads % kv_heads:
+            raise ValueError(
+                f"enable_gqa needs key/value heads ({kv_heads}, {v.shape[-3]}) equal and "
+                f"dividing the query heads ({heads})"
+            )
+        repeat = heads // kv_heads
+        kb, vb = (*kb[:-1], heads), (*vb[:-1], heads)
+    try:
+        batch = tuple(np.broadcast_shapes(q.shape[:-2], kb, vb))
+    except ValueError:
+        raise ValueError(
+            f"batch dimensions of query {q.shape}, key {k.shape} and value {v.shape} "
+            "do not broadcast"
+        ) from None
+    if mask is not None:
+        if is_causal:
+            raise ArgumentError("give either attn_mask or is_causal=True, not both")
+        if mask.dtype != np.bool_ and mask.dtype != dtype:
+            raise TypeError(
+                f"attn_mask must be bool or {dtype} (the query's dtype), got {mask.dtype}"
+            )
+        scores = (*batch, length, source)
+        try:
+            if np.broadcast_shapes(mask.shape, scores) != scores:
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                f"attn_mask {mask.shape} does not broadcast to the scores' shape "
+                f"{(*batch, length, source)}"
+            ) from None
+    return _Attention(batch, length, source, embed, v.shape[-1], repeat)
+
+
+def _sdpa_rule(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> RuleOut:
+    geo = _attention_geometry(query, key, value, attn_mask, is_causal, enable_gqa)
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating))
+    ):
+        raise TypeError(f"scale must be a number or None, got {scale!r}")
+    return (*geo.batch, geo.length, geo.value_embed), query.dtype
+
+
+def _sdpa_cost(
+    shape: Shape, dtype: np.dtype[Any], /, q: Tensor, k: Tensor, v: Tensor, *m: Any, **_: Any
+) -> float:
+    scores = math.prod(shape[:-1]) * k.shape[-2]
+    return _flop_cost(2.0 * scores * (q.shape[-1] + v.shape[-1]), 4.0 * scores)
+
+
+#: Scores per block of (batch, head) pairs: float32 blocks of about 1 MB, so a
+#: block stays in cache from its first matmul through softmax to the second.
+_SCORE_BLOCK = 1 << 18
+
+
+def _as_batch(x: np.ndarray, batch: Shape, repeat: int) -> np.ndarray:
+    """``x`` broadcast over ``batch`` as one (B, rows, cols) array (copied only
+    when broadcasting or repeating heads makes it necessary)."""
+    if repeat > 1:
+        x = np.repeat(x, repeat, axis=-3)
+    x = np.broadcast_to(x, (*batch, *x.shape[-2:]))
+    return x.reshape(-1, *x.shape[-2:])
+
+
+def _sdpa_kernel(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> np.ndarray:
+    from ._numba_nn import attention_softmax
+
+    g = _attention_geometry(q, k, v, mask, is_causal, enable_gqa)
+    qb = _as_batch(q, g.batch, 1)
+    kb = _as_batch(k, g.batch, g.kv_repeat)
+    vb = _as_batch(v, g.batch, g.kv_repeat)
+    scale = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
+    n = qb.shape[0]
+    out = np.empty((n, g.length, g.value_embed), q.dtype)
+    masks = None
+    if mask is not None:  # a broadcast view: blocks read it without a copy
+        masks = np.broadcast_to(mask, (*g.batch, g.length, g.source))
+        masks = masks.reshape(n, g.length, g.source)
+    step = max(1, _SCORE_BLOCK // max(1, g.length * g.source))
+    scores = np.empty((min(n, step), g.length, g.source), q.dtype)
+    neg_inf = q.dtype.type(-np.inf)
+    # Per block: scores = q @ k^T (BLAS), the fused softmax in place (numba),
+    # out = probabilities @ v (BLAS).
+    for b0 in range(0, n, step):
+        b1 = min(n, b0 + step)
+        s = scores[: b1 - b0]
+        np.matmul(qb[b0:b1], kb[b0:b1].transpose(0, 2, 1), out=s)
+        factor = scale
+        if masks is not None:
+            s *= q.dtype.type(scale)
+            factor = 1.0
+            if masks.dtype == np.bool_:
+                np.copyto(s, neg_inf, where=~masks[b0:b1])
+            else:
+                s += masks[b0:b1]
+        attention_softmax(s, factor, is_causal)
+        np.matmul(s, vb[b0:b1], out=out[b0:b1])
+    return out.reshape(*g.batch, g.length, g.value_embed)
+
+
+_sdpa = define_op(
+    "scaled_dot_product_attention",
+    _sdpa_rule,
+    cost=_sdpa_cost,
+    weak_scalars=False,
+    doc="Attention ``softmax(q @ k^T * scale + mask) @ v``, as PyTorch's.",
+)
+_sdpa.register_kernel(GENERIC, _sdpa_kernel)
+
+
+def scaled_dot_product_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """``softmax(query @ key^T * scale + mask) @ value`` over (..., L, E),
+    (..., S, E) and (..., S, Ev) tensors, as
+    ``torch.nn.functional.scaled_dot_product_attention``.
+
+    ``attn_mask`` is boolean (True: may attend) or float (added to the scores)
+    and broadcasts to (..., L, S); ``is_causal`` masks keys after each query's
+    position; ``scale`` defaults to ``1/sqrt(E)``. Queries that may attend to
+    nothing give zeros, as in PyTorch. ``dropout_p`` must be 0 (inference).
+
+    >>> import eagerrt as ert
+    >>> q = ert.ones((2, 4, 3, 8))
+    >>> v = ert.arange(24.0).reshape(1, 1, 3, 8)
+    >>> out = ert.scaled_dot_product_attention(q, q, v, is_causal=True)
+    >>> out.shape, out.numpy()[0, 0, :, 0]
+    ((2, 4, 3, 8), array([0., 4., 8.]))
+    """
+    if dropout_p != 0:
+        raise ArgumentError(
+            f"dropout_p={dropout_p!r}: scaled_dot_product_attention runs inference only "
+            "(dropout_p must be 0)"
+        )
+    return _sdpa(
+        query, key, value, *_present(attn_mask),
+        is_causal=bool(is_causal), scale=scale, enable_gqa=bool(enable_gqa),
+    )  # fmt: skip
+
+
+# -- pad and interpolate ------------------------------------------------------------------------
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def _pad_widths(x: Any, pad: Any, mode: str) -> list[tuple[int, int]]:
+    """PyTorch's pad tuple (last dimension first) as numpy's per-axis widths."""
+    if mode not in _PAD_MODES:
+        raise ArgumentError(f"mode must be one of {sorted(_PAD_MODES)}, got {mode!r}")
+    try:
+        flat = [operator.index(p) for p in pad]
+    except TypeError:
+        raise TypeError(f"pad must be a sequence of ints, got {pad!r}") from None
+    if len(flat) % 2 or len(flat) // 2 > x.ndim:
+        raise ArgumentError(
+            f"pad needs an even number of values, at most 2 per dimension "
+            f"({2 * x.ndim} for this {x.ndim}-d input), got {len(flat)}"
+        )
+    widths = [(0, 0)] * x.ndim
+    for i in range(len(flat) // 2):
+        widths[x.ndim - 1 - i] = (flat[2 * i], flat[2 * i + 1])
+    for axis, (before, after) in enumerate(widths):
+        size = x.shape[axis]
+        if mode == "constant":
+            if size + before + after < 0:
+                raise ValueError(
+                    f"pad {(before, after)} leaves dimension {axis} of size {size} negative"
+                )
+            continue
+        if before < 0 or after < 0:
+            raise ArgumentError(f"negative padding is only allowed in constant mode, got {pad!r}")
+        if mode == "reflect" and max(before, after) >= size and (before or after):
+            raise ValueError(
+                f"reflect padding {(before, after)} must be smaller than dimension {axis} ({size})"
+            )
+        if mode == "circular" and max(before, after) > size:
+            raise ValueError(
+                f"circular padding {(before, after)} must be at most dimension {axis} ({size})"
+            )
+        if mode == "replicate" and size == 0 and (before or after):
+            raise ValueError(f"can't replicate-pad the empty dimension {axis}")
+    return widths
+
+
+def _pad_rule(input: Any, pad: Any = (), mode: str = "constant", value: Any = None) -> RuleOut:
+    if value is not None and mode != "constant":
+        raise ArgumentError(f"mode {mode!r} takes no value (only 'constant' does)")
+    widths = _pad_widths(input, pad, mode)
+    shape = tuple(d + a + b for d, (a, b) in zip(input.shape, widths, strict=True))
+    return shape, input.dtype
+
+
+def _pad_kernel(
+    x: np.ndarray, pad: Any = (), mode: str = "constant", value: Any = None
+) -> np.ndarray:
+    widths = _pad_widths(x, pad, mode)
+    if any(a < 0 or b < 0 for a, b in widths):  # negative padding crops first
+        x = x[tuple(slice(max(-a, 0), x.shape[i] - max(-b, 0)) for i, (a, b) in enumerate(widths))]
+        widths = [(max(a, 0), max(b, 0)) for a, b in widths]
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=0 if value is None else value)
+    return np.pad(x, widths, mode=_PAD_MODES[mode])  # type: ignore[call-overload]
+
+
+pad = define_op(
+    "pad",
+    _pad_rule,
+    cost=lambda shape, dtype, *args, **_: _flop_cost(0.0, 2.0 * math.prod(shape)),
+    operands=1,
+    doc="""Pad with PyTorch's convention: ``pad`` lists (before, after) pairs from
+    the last dimension backwards; modes 'constant' (``value``, negative pads
+    crop), 'reflect', 'replicate' and 'circular', as ``torch.nn.functional.pad``.
+
+    >>> import eagerrt as ert
+    >>> ert.pad(ert.asarray([[1, 2, 3]]), (2, 1), mode="reflect").numpy()
+    array([[3, 2, 1, 2, 3, 2]])
+    >>> ert.pad(ert.ones((1, 2)), (0, 0, 1, 0), value=5.0).numpy()
+    array([[5., 5.],
+           [1., 1.]])
+    """,
+)
+pad.register_kernel(GENERIC, _pad_kernel)
+
+_INTERP_MODES = ("nearest", "nearest-exact", "bilinear")
+
+
+class _Resize(NamedTuple):
+    size: tuple[int, int]
+    scales: tuple[float | None, float | None]  # 1 / scale_factor where it sets the mapping
+
+
+def _resize_geometry(
+    x: Any,
+    size: Any,
+    scale_factor: Any,
+    mode: str,
+    align_corners: bool | None,
+    recompute_scale_factor: bool | None,
+) -> _Resize:
+    if mode not in _INTERP_MODES:
+        raise ArgumentError(f"mode must be one of {_INTERP_MODES}, got {mode!r}")
+    if x.ndim != 4:
+        raise ValueError(f"interpolate needs a 4-d (N, C, H, W) input, got {x.shape}")
+    _float_dtype("interpolate", x)
+    if align_corners is not None and mode != "bilinear":
+        raise ArgumentError("align_corners can only be set with the interpolating mode 'bilinear'")
+    if (size is None) == (scale_factor is None):
+        raise ArgumentError("give exactly one of size and scale_factor")
+    h, w = x.shape[-2:]
+    if size is not None:
+        out = _ints(size, 2, "size", 1)
+        return _Resize((out[0], out[1]), (None, None))
+    if isinstance(scale_factor, (int, float, np.integer, np.floating)):
+        factors = (float(scale_factor), float(scale_factor))
+    else:
+        factors = tuple(float(f) for f in scale_factor)  # type: ignore[assignment]
+        if len(factors) != 2:
+            raise ArgumentError(f"scale_factor must be a number or a pair, got {scale_factor!r}")
+    if min(factors) <= 0:
+        raise ArgumentError(f"scale_factor must be positive, got {scale_factor!r}")
+    oh, ow = math.floor(h * factors[0]), math.floor(w * factors[1])
+    if oh < 1 or ow < 1:
+        raise ValueError(f"scale_factor {scale_factor!r} leaves an empty output ({oh}x{ow})")
+    # PyTorch maps coordinates with the given factor unless asked to recompute it.
+    if recompute_scale_factor:
+        return _Resize((oh, ow), (None, None))
+    return _Resize((oh, ow), (1.0 / factors[0], 1.0 / factors[1]))
+
+
+def _interpolate_rule(
+    input: Any,
+    size: Any = None,
+    scale_factor: Any = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+) -> RuleOut:
+    geo = _resize_geometry(input, size, scale_factor, mode, align_corners, recompute_scale_factor)
+    return (*input.shape[:2], *geo.size), input.dtype
+
+
+def _nearest_index(n_in: int, n_out: int, scale: float | None, exact: bool) -> np.ndarray:
+    # PyTorch computes these in float32: do the same so rounding picks the same pixel.
+    s = np.float32(n_in / n_out if scale is None else scale)
+    pos = np.arange(n_out, dtype=np.float32)
+    if exact:
+        pos += np.float32(0.5)
+    return np.minimum(np.floor(pos * s).astype(np.intp), n_in - 1)
+
+
+def _linear_weights(
+    n_in: int, n_out: int, scale: float | None, align_corners: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Source indices (i0, i1) and the weight of i1 for each output position."""
+    pos = np.arange(n_out, dtype=np.float64)
+    if align_corners:
+        src = pos * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+    else:
+        s = n_in / n_out if scale is None else scale
+        src = np.maximum((pos + 0.5) * s - 0.5, 0.0)
+    i0 = np.minimum(np.floor(src).astype(np.intp), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    lam = np.clip(src - i0, 0.0, 1.0)
+    return i0, i1, lam
+
+
+def _interpolate_kernel(
+    x: np.ndarray,
+    size: Any = None,
+    scale_factor: Any = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+) -> np.ndarray:
+    g = _resize_geometry(x, size, scale_factor, mode, align_corners, recompute_scale_factor)
+    h, w = x.shape[-2:]
+    (oh, ow), (sh, sw) = g.size, g.scales
+    if mode != "bilinear":
+        exact = mode == "nearest-exact"
+        rows = _nearest_index(h, oh, sh, exact)
+        cols = _nearest_index(w, ow, sw, exact)
+        return x[:, :, rows[:, None], cols[None, :]]
+    # Separable: blend rows, then columns.
+    r0, r1, rl = _linear_weights(h, oh, sh, bool(align_corners))
+    c0, c1, cl = _linear_weights(w, ow, sw, bool(align_corners))
+    rl = rl.astype(x.dtype)[:, None]
+    cl = cl.astype(x.dtype)
+    top, bottom = x[:, :, r0, :], x[:, :, r1, :]
+    tall = top + (bottom - top) * rl
+    left, right = tall[..., c0], tall[..., c1]
+    return left + (right - left) * cl
+
+
+interpolate = define_op(
+    "interpolate",
+    _interpolate_rule,
+    cost=lambda shape, dtype, x, **_: _flop_cost(0.0, 6.0 * math.prod(shape)),
+    operands=1,
+    doc="""Resize an (N, C, H, W) input to ``size`` or by ``scale_factor`` with
+    mode 'nearest', 'nearest-exact' or 'bilinear' (``align_corners``), as
+    ``torch.nn.functional.interpolate``.
+
+    >>> import eagerrt as ert
+    >>> x = ert.asarray([[[[0.0, 1.0]]]])
+    >>> ert.interpolate(x, scale_factor=2, mode="nearest").numpy()[0, 0, 0]
+    array([0., 0., 1., 1.])
+    >>> ert.interpolate(x, size=(1, 3), mode="bilinear", align_corners=True).numpy()[0, 0, 0]
+    array([0. , 0.5, 1. ])
+    """,
+)
+interpolate.register_kernel(GENERIC, _interpolate_kernel)
+
+
+# -- one_hot and cross_entropy ------------------------------------------------------------------
+def _one_hot_rule(input: Any, num_classes: int = -1) -> RuleOut:
+    if input.dtype.kind not in "iu":
+        raise TypeError(f"one_hot needs integer class indices, got {input.dtype}")
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)):
+        raise TypeError(f"num_classes must be an int, got {num_classes!r}")
+    if num_classes == -1:
+        # PyTorch's default reads the data (max + 1); here shapes are known at the call.
+        raise ArgumentError(
+            "one_hot needs num_classes: the result's shape must be known at the call, "
+            "before the indices are computed"
+        )
+    if num_classes < 0:
+        raise ArgumentError(f"num_classes must be >= 0, got {num_classes}")
+    return (*input.shape, int(num_classes)), _INT64
+
+
+def _one_hot_kernel(indices: np.ndarray, num_classes: int = -1) -> np.ndarray:
+    if indices.size:
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= num_classes:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"class value {bad} is out of range for num_classes={num_classes}")
+    return (indices[..., None] == np.arange(num_classes)).astype(np.int64)
+
+
+one_hot = define_op(
+    "one_hot",
+    _one_hot_rule,
+    cost=lambda shape, dtype, *args, **_: _flop_cost(0.0, math.prod(shape)),
+    operands=1,
+    doc="""int64 one-hot rows for integer class indices, as
+    ``torch.nn.functional.one_hot`` (``num_classes`` is required here).
+
+    >>> import eagerrt as ert
+    >>> ert.one_hot(ert.asarray([0, 2]), 3).numpy()
+    array([[1, 0, 0],
+           [0, 0, 1]])
+    """,
+)
+one_hot.register_kernel(GENERIC, _one_hot_kernel)
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _cross_entropy_rule(
+    input: Any,
+    target: Any,
+    *weight: Any,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> RuleOut:
+    if len(weight) > 1:
+        raise ValueError("cross_entropy takes at most one class weight tensor")
+    w = weight[0] if weight else None
+    _float_dtype("cross_entropy", input, w)
+    if input.ndim < 1:
+        raise ValueError("cross_entropy needs (C,), (N, C) or (N, C, d...) logits, got a scalar")
+    if reduction not in _REDUCTIONS:
+        raise ArgumentError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
+    class_axis = 1 if input.ndim >= 2 else 0
+    classes = input.shape[class_axis]
+    _check_shape("weight", w, (classes,))
+    rest = input.shape[:class_axis] + input.shape[class_axis + 1 :]
+    if target.dtype.kind in "iu":
+        if target.shape != rest:
+            raise ValueError(
+                f"class-index target must have shape {rest} for logits {input.shape}, "
+                f"got {target.shape}"
+            )
+    elif target.dtype.kind == "f":
+        if target.dtype != input.dtype:
+            raise TypeError(f"probability target must be {input.dtype}, got {target.dtype}")
+        if target.shape != input.shape:
+            raise ValueError(
+                f"probability target must have the logits' shape {input.shape}, got {target.shape}"
+            )
+    else:
+        raise TypeError(
+            f"target must hold class indices (ints) or probabilities, not {target.dtype}"
+        )
+    return (rest if reduction == "none" else ()), input.dtype
+
+
+def _cross_entropy_kernel(
+    x: np.ndarray,
+    target: np.ndarray,
+    *weight: np.ndarray,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> np.ndarray:
+    w = weight[0] if weight else None
+    class_axis = 1 if x.ndim >= 2 else 0
+    classes = x.shape[class_axis]
+    logp = _log_softmax_last(np.ascontiguousarray(np.moveaxis(x, class_axis, -1)), True)
+    ls = float(label_smoothing)
+    with np.errstate(invalid="ignore", divide="ignore"):  # all targets ignored: nan, as PyTorch
+        if target.dtype.kind == "f":
+            probs = np.moveaxis(target, class_axis, -1)
+            if ls:
+                probs = probs * (1 - ls) + ls / classes
+            terms = logp * probs if w is None else logp * probs * w
+            loss = -terms.sum(axis=-1)
+            if reduction == "mean":
+                return np.asarray(loss.sum() / max(loss.size, 1) if loss.size else np.nan, x.dtype)
+            return np.asarray(loss.sum() if reduction == "sum" else loss, x.dtype)
+        valid = target != ignore_index
+        picked_class = np.where(valid, target, 0)
+        bad = (picked_class < 0) | (picked_class >= classes)
+        if bad.any():
+            raise IndexError(
+                f"target {int(picked_class[bad].flat[0])} is out of range for {classes} classes"
+            )
+        picked = np.take_along_axis(logp, picked_class[..., None], axis=-1)[..., 0]
+        wt = valid.astype(x.dtype) if w is None else np.where(valid, w[picked_class], 0)
+        loss = -picked * wt
+        if ls:
+            smooth = -(logp.sum(axis=-1) if w is None else (logp * w).sum(axis=-1))
+            loss = (1 - ls) * loss + (ls / classes) * np.where(valid, smooth, 0)
+        if reduction == "none":
+            return np.asarray(loss, x.dtype)
+        total = loss.sum()
+        if reduction == "mean":
+            total = total / wt.sum()
+        return np.asarray(total, x.dtype)
+
+
+_cross_entropy = define_op(
+    "cross_entropy",
+    _cross_entropy_rule,
+    cost=lambda shape, dtype, x, *rest, **_: _flop_cost(0.0, 8.0 * x.size),
+    weak_scalars=False,
+    doc="Cross-entropy of logits against class indices or class probabilities.",
+)
+_cross_entropy.register_kernel(GENERIC, _cross_entropy_kernel)
+
+
+def cross_entropy(
+    input: Any,
+    target: Any,
+    weight: Any = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """Cross-entropy of (C,), (N, C) or (N, C, d...) logits against integer class
+    indices (or class probabilities of the logits' shape), as
+    ``torch.nn.functional.cross_entropy``: optional class ``weight``,
+    ``ignore_index``, ``reduction`` 'mean' / 'sum' / 'none', ``label_smoothing``.
+    A class index out of range fails on await.
+
+    >>> import eagerrt as ert
+    >>> logits = ert.asarray([[0.0, 0.0], [0.0, 0.0]])
+    >>> round(ert.cross_entropy(logits, ert.asarray([0, 1])).item(), 4)
+    0.6931
+    >>> ert.cross_entropy(logits, ert.asarray([0, -100]), reduction="none").numpy().round(4)
+    array([0.6931, 0.    ])
+    """
+    return _cross_entropy(
+        input, target, *_present(weight),
+        ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+    )  # fmt: skip
+
+
+#: The ops behind the functions above, by name (``get_op`` finds them too).
+NN_OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        _conv2d, _conv_transpose2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d,
+        _batch_norm, _layer_norm, _group_norm, linear, embedding, softmax, log_softmax,
+        silu, softplus, _sdpa, pad, interpolate, one_hot, _cross_entropy,
+    )
+}  # fmt: skip
+
+# Doctests of the ops defined directly (their docs live on Op objects, which
+# doctest's finder does not visit by itself).
+__test__ = {name: op.__doc__ for name, op in NN_OPS.items() if op.__doc__ and ">>>" in op.__doc__}

@@ -1,0 +1,344 @@
+"""numba kernels for the NN ops (convolution helpers, pooling, norms, attention).
+
+Imported lazily by the kernels in :mod:`eagerrt.ops.nn`, so ``import eagerrt``
+never waits for numba. Every kernel is ``nogil`` (workers overlap) and cached
+across processes. They write into arrays the caller allocates, so the callers
+choose layouts and block sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numba
+import numpy as np
+
+__all__ = [
+    "adaptive_avg_pool2d",
+    "attention_softmax",
+    "avg_pool2d",
+    "col2im_add",
+    "im2col",
+    "max_pool2d",
+    "normalize_rows",
+]
+
+
+def _valid_range(offset: int, stride: int, size: int, count: int) -> tuple[int, int]:
+    """The ``o`` in ``[0, count)`` with ``0 <= o*stride + offset < size``, as [lo, hi)."""
+    lo = 0 if offset >= 0 else (-offset + stride - 1) // stride
+    last = size - 1 - offset
+    hi = 0 if last < 0 else min(count, last // stride + 1)
+    return min(lo, hi), hi
+
+
+_valid = numba.njit(inline="always", cache=True)(_valid_range)
+
+
+@numba.njit(nogil=True, cache=True)
+def im2col(
+    x: Any,
+    cols: Any,
+    c0: int,
+    c1: int,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    ph: int,
+    pw: int,
+    dh: int,
+    dw: int,
+    oh0: int,
+    oh1: int,
+    wo: int,
+) -> None:  # pragma: no cover - compiled
+    """Fill ``cols[(c, i, j), (oh, ow)]`` with the input pixel under kernel tap
+    (i, j) for output pixel (oh, ow), channels ``[c0, c1)``, output rows
+    ``[oh0, oh1)``; zero where the tap falls in the padding."""
+    h = x.shape[1]
+    w = x.shape[2]
+    row = 0
+    for c in range(c0, c1):
+        for i in range(kh):
+            for j in range(kw):
+                lo, hi = _valid(j * dw - pw, sw, w, wo)
+                col = 0
+                for oh in range(oh0, oh1):
+                    ih = oh * sh - ph + i * dh
+                    if ih < 0 or ih >= h:
+                        for ow in range(wo):
+                            cols[row, col + ow] = 0
+                    else:
+                        for ow in range(lo):
+                            cols[row, col + ow] = 0
+                        base = j * dw - pw
+                        for ow in range(lo, hi):
+                            cols[row, col + ow] = x[c, ih, ow * sw + base]
+                        for ow in range(hi, wo):
+                            cols[row, col + ow] = 0
+                    col += wo
+                row += 1
+
+
+@numba.njit(nogil=True, cache=True)
+def col2im_add(
+    cols: Any,
+    out: Any,
+    c0: int,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    ph: int,
+    pw: int,
+    dh: int,
+    dw: int,
+    h: int,
+    w: int,
+) -> None:  # pragma: no cover - compiled
+    """The adjoint of :func:`im2col` (transposed convolution): add each
+    ``cols[(c, i, j), (ih, iw)]`` into the output pixel that input pixel
+    (ih, iw) reaches through tap (i, j), channels from ``c0``."""
+    ho = out.shape[1]
+    wo = out.shape[2]
+    channels = cols.shape[0] // (kh * kw)
+    row = 0
+    for c in range(channels):
+        for i in range(kh):
+            for j in range(kw):
+                base = j * dw - pw
+                lo, hi = _valid(base, sw, wo, w)
+                for ih in range(h):
+                    oh = ih * sh - ph + i * dh
+                    if 0 <= oh < ho:
+                        for iw in range(lo, hi):
+                            out[c0 + c, oh, iw * sw + base] += cols[row, ih * w + iw]
+                row += 1
+
+
+@numba.njit(nogil=True, cache=True)
+def max_pool2d(
+    x: Any, out: Any, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int, dh: int, dw: int
+) -> None:  # pragma: no cover - compiled
+    """Max over each window of each (H, W) plane; NaN wins, as in PyTorch."""
+    planes, h, w = x.shape
+    _, ho, wo = out.shape
+    for p in range(planes):
+        for oh in range(ho):
+            for ow in range(wo):
+                best = -np.inf
+                for i in range(kh):
+                    ih = oh * sh - ph + i * dh
+                    if 0 <= ih < h:
+                        for j in range(kw):
+                            iw = ow * sw - pw + j * dw
+                            if 0 <= iw < w:
+                                v = x[p, ih, iw]
+                                if v > best or math.isnan(v):
+                                    best = v
+                out[p, oh, ow] = best
+
+
+@numba.njit(nogil=True, cache=True)
+def avg_pool2d(
+    x: Any,
+    out: Any,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    ph: int,
+    pw: int,
+    count_include_pad: bool,
+    divisor: int,
+) -> None:  # pragma: no cover - compiled
+    """Mean over each window, with PyTorch's divisor: the window clipped to the
+    padded input when counting padding, else to the input itself (or ``divisor``
+    when it is positive)."""
+    planes, h, w = x.shape
+    _, ho, wo = out.shape
+    for p in range(planes):
+        for oh in range(ho):
+            h0 = oh * sh - ph
+            h1 = min(h0 + kh, h + ph)
+            for ow in range(wo):
+                w0 = ow * sw - pw
+                w1 = min(w0 + kw, w + pw)
+                padded = (h1 - h0) * (w1 - w0)
+                a0, a1 = max(h0, 0), min(h1, h)
+                b0, b1 = max(w0, 0), min(w1, w)
+                total = 0.0
+                for ih in range(a0, a1):
+                    for iw in range(b0, b1):
+                        total += x[p, ih, iw]
+                if divisor > 0:
+                    count = divisor
+                elif count_include_pad:
+                    count = padded
+                else:
+                    count = (a1 - a0) * (b1 - b0)
+                out[p, oh, ow] = total / count
+
+
+@numba.njit(nogil=True, cache=True)
+def adaptive_avg_pool2d(x: Any, out: Any) -> None:  # pragma: no cover - compiled
+    """Mean over PyTorch's adaptive windows: ``[floor(i*H/o), ceil((i+1)*H/o))``."""
+    planes, h, w = x.shape
+    _, ho, wo = out.shape
+    for p in range(planes):
+        for oh in range(ho):
+            h0 = (oh * h) // ho
+            h1 = ((oh + 1) * h + ho - 1) // ho
+            for ow in range(wo):
+                w0 = (ow * w) // wo
+                w1 = ((ow + 1) * w + wo - 1) // wo
+                total = 0.0
+                for ih in range(h0, h1):
+                    for iw in range(w0, w1):
+                        total += x[p, ih, iw]
+                out[p, oh, ow] = total / ((h1 - h0) * (w1 - w0))
+
+
+@numba.njit(nogil=True, cache=True)
+def normalize_rows(
+    x: Any, out: Any, weight: Any, bias: Any, eps: float
+) -> None:  # pragma: no cover
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` per row (biased variance,
+    two passes in float64 for accuracy)."""
+    rows, cols = x.shape
+    for r in range(rows):
+        total = 0.0
+        for c in range(cols):
+            total += x[r, c]
+        mean = total / cols
+        sq = 0.0
+        for c in range(cols):
+            d = x[r, c] - mean
+            sq += d * d
+        inv = 1.0 / math.sqrt(sq / cols + eps)
+        for c in range(cols):
+            out[r, c] = (x[r, c] - mean) * inv * weight[c] + bias[c]
+
+
+# -- attention softmax -----------------------------------------------------------
+# numba has no vectorized exp without Intel's SVML, and a scalar libm call per
+# score made the softmax cost more than both matmuls of attention together. So
+# float32 uses its own exp: exp(t) = 2**n * exp(r), n = round(t / ln 2),
+# |r| <= ln(2)/2, exp(r) by a degree-7 Taylor polynomial (relative error < 1e-8,
+# below float32's rounding), 2**n built from its IEEE bits. The row maximum is
+# taken on the scores' bits as integers (ordered like the floats after flipping
+# negative ones), since LLVM vectorizes integer max reductions but not float
+# ones. Every loop is then plain vectorizable arithmetic; the fastmath flags let
+# LLVM reorder the sum ("ninf" is left out: masked scores are -inf).
+_F32 = np.float32
+_I32 = np.int32
+_LOG2E = _F32(1.4426950408889634)
+_LN2_HI = _F32(0.693359375)  # ln 2 split so n * _LN2_HI is exact
+_LN2_LO = _F32(-2.12194440e-4)
+_EXP_FLOOR = _F32(-87.0)  # exp(-87) is about float32's smallest normal number
+_HALF = _F32(0.5)
+_ONE = _F32(1.0)
+_C2 = _F32(1 / 2)
+_C3 = _F32(1 / 6)
+_C4 = _F32(1 / 24)
+_C5 = _F32(1 / 120)
+_C6 = _F32(1 / 720)
+_C7 = _F32(1 / 5040)
+_ABS = _I32(0x7FFFFFFF)
+_SIGN_SHIFT = _I32(31)
+_INF_BITS = _I32(0x7F800000)
+_NEG_INF_KEY = _I32(-0x7F800001)  # the ordered key of -inf's bits
+_FAST = {"nnan", "nsz", "reassoc", "contract", "arcp"}
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FAST)
+def _softmax_rows_f32(s: Any, scale: Any, causal: bool) -> None:  # pragma: no cover
+    batch, rows, cols = s.shape
+    ints = s.view(np.int32)
+    bits = np.empty(cols, np.int32)
+    powers = bits.view(np.float32)
+    for b in range(batch):
+        for i in range(rows):
+            row = s[b, i]
+            irow = ints[b, i]
+            n = min(cols, i + 1) if causal else cols
+            top = _I32(-0x80000000)
+            magnitude = _I32(0)
+            for c in range(n):
+                v = irow[c]
+                top = max(top, v ^ ((v >> _SIGN_SHIFT) & _ABS))
+                magnitude = max(magnitude, v & _ABS)
+            if magnitude > _INF_BITS or top == _INF_BITS:  # a nan or +inf: all nan
+                for c in range(cols):
+                    row[c] = np.nan
+                continue
+            if top == _NEG_INF_KEY:  # every score masked: PyTorch gives zeros, not nan
+                for c in range(cols):
+                    row[c] = 0
+                continue
+            bits[0] = top ^ ((top >> _SIGN_SHIFT) & _ABS)
+            peak = powers[0] * scale
+            for c in range(n):
+                t = row[c] * scale - peak
+                tc = max(t, _EXP_FLOOR)
+                k = np.floor(tc * _LOG2E + _HALF)
+                r = tc - k * _LN2_HI - k * _LN2_LO
+                p = _ONE + r * (
+                    _ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7)))))
+                )
+                bits[c] = (np.int32(k) + _I32(127)) << _I32(23)
+                row[c] = p if t > _EXP_FLOOR else 0
+            total = _F32(0.0)
+            for c in range(n):
+                e = row[c] * powers[c]
+                row[c] = e
+                total += e
+            inv = _ONE / total
+            for c in range(n):
+                row[c] *= inv
+            for c in range(n, cols):
+                row[c] = 0
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _softmax_rows_exact(s: Any, scale: float, causal: bool) -> None:  # pragma: no cover
+    batch, rows, cols = s.shape
+    for b in range(batch):
+        for i in range(rows):
+            row = s[b, i]
+            n = min(cols, i + 1) if causal else cols
+            peak = -np.inf
+            for c in range(n):
+                v = row[c] * scale
+                row[c] = v
+                if v > peak or math.isnan(v):
+                    peak = v
+            if peak == -np.inf:
+                for c in range(cols):
+                    row[c] = 0
+                continue
+            total = 0.0
+            for c in range(n):
+                e = math.exp(row[c] - peak)
+                row[c] = e
+                total += e
+            inv = 1.0 / total
+            for c in range(n):
+                row[c] *= inv
+            for c in range(n, cols):
+                row[c] = 0
+
+
+def attention_softmax(s: np.ndarray, scale: float, causal: bool) -> None:
+    """In place on contiguous scores ``s`` of shape (B, L, S): softmax over the
+    last axis of ``s * scale``, keys after the query's position masked when
+    ``causal``; fully masked rows become zeros (as PyTorch)."""
+    if s.dtype == np.float32:
+        if not scale > 0:  # the float32 kernel finds the maximum before scaling
+            s *= np.float32(scale)
+            scale = 1.0
+        _softmax_rows_f32(s, np.float32(scale), causal)
+    else:
+        _softmax_rows_exact(s, float(scale), causal)
