@@ -86,7 +86,9 @@ def test_matmul_and_tensordot_in_both_namespaces() -> None:
     check(ert.linalg.tensordot(a, b, axes=1), np.tensordot(a, b, axes=1))
     check(ert.linalg.tensordot(a, a, axes=([1, 2], [1, 2])), np.tensordot(a, a, ([1, 2], [1, 2])))
     check(ert.tensordot(a, b, axes=1), np.tensordot(a, b, axes=1))
-    assert ert.linalg.matmul is ert.matmul
+    assert ert.linalg.matmul is ert.matmul and ert.linalg.tensordot is ert.tensordot
+    # The op behind tensordot still takes axes by position, as numpy's does.
+    check(ert.tensordot.op(a, b, 1), np.tensordot(a, b, 1))  # type: ignore[attr-defined]
 
 
 # -- decompositions and inverses ---------------------------------------------------------
@@ -319,7 +321,7 @@ SIGNATURES: dict[str, list[tuple[str, str]]] = {
     "vecdot": [("x1", P), ("x2", P), ("axis", K)],
     "matrix_transpose": [("x", P)],
     "matmul": [("x1", P), ("x2", P)],
-    "linalg.tensordot": [("x1", P), ("x2", P), ("axes", K)],
+    "tensordot": [("x1", P), ("x2", P), ("axes", K)],
     "linalg.cholesky": [("x", P), ("upper", K)],
     "linalg.cross": [("x1", P), ("x2", P), ("axis", K)],
     "linalg.det": [("x", P)],
@@ -374,7 +376,9 @@ def test_signatures_are_the_standards(name: str) -> None:
 
 def test_namespaces_list_the_standards_functions() -> None:
     linalg = {n.split(".")[1] for n in SIGNATURES if n.startswith("linalg.")}
-    assert linalg | {"matmul", "matrix_transpose", "vecdot"} <= set(ert.linalg.__all__)
+    shared = {"matmul", "matrix_transpose", "tensordot", "vecdot"}
+    assert linalg | shared <= set(ert.linalg.__all__)
+    assert all(getattr(ert.linalg, name) is getattr(ert, name) for name in shared)
     assert {n.split(".")[1] for n in SIGNATURES if n.startswith("fft.")} == set(ert.fft.__all__)
     assert {"fft", "linalg", "vecdot", "matrix_transpose"} <= set(ert.__all__)
     assert not {"cholesky", "svd", "fftshift"} & set(ert.__all__)  # extensions stay apart
@@ -397,7 +401,7 @@ def test_positional_only_and_keyword_only_are_enforced() -> None:
     with pytest.raises(TypeError):
         ert.vecdot(x, x, -1)  # type: ignore[misc]
     with pytest.raises(TypeError):
-        ert.linalg.tensordot(x, x, 1)  # type: ignore[misc]
+        ert.tensordot(x, x, 1)  # type: ignore[misc]
     with pytest.raises(TypeError):
         ert.fft.fft(x, 2)  # type: ignore[misc]
     with pytest.raises(TypeError):

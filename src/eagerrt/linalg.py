@@ -19,7 +19,7 @@ array([0.09090909, 0.6363636 ], dtype=float32)
 
 from __future__ import annotations
 
-from .ops.linalg import matmul, matrix_transpose, vecdot
+from .ops.linalg import matmul, matrix_transpose, tensordot, vecdot
 from .ops.linalg_extension import (
     EighResult,
     QRResult,
@@ -42,7 +42,6 @@ from .ops.linalg_extension import (
     solve,
     svd,
     svdvals,
-    tensordot,
     trace,
     vector_norm,
 )

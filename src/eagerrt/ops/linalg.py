@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -62,24 +62,30 @@ def _matmul_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, a: Tensor, b: 
     return config.op_overhead_ns + 2.0 * math.prod(shape) * inner * config.ns_per_flop
 
 
-def _signature_of(op: Op, *params: inspect.Parameter) -> None:
-    """Let ``inspect.signature(op)`` report the Array API's signature.
-
-    matmul and tensordot stay ops (not wrapping functions): Tensor's ``@`` binds
-    to matmul's fast path, and positional static parameters bind as in numpy.
-    """
-    op.__signature__ = inspect.Signature(list(params))  # type: ignore[attr-defined]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-_X1 = inspect.Parameter("x1", inspect.Parameter.POSITIONAL_ONLY)
-_X2 = inspect.Parameter("x2", inspect.Parameter.POSITIONAL_ONLY)
+def front_of(op: Op) -> Callable[[F], F]:
+    """Mark a public function with the standard's signature as the front of
+    ``op``: ``fn.op`` is the op (to give it device kernels), ``fn.name`` its name."""
+
+    def mark(fn: F) -> F:
+        setattr(fn, "op", op)  # noqa: B010 - functions get attributes this way for mypy
+        setattr(fn, "name", op.name)  # noqa: B010
+        return fn
+
+    return mark
 
 
 matmul = define_op(
     "matmul", _matmul_rule, cost=_matmul_cost, doc="Matrix product with numpy's ``@`` rules."
 )
 matmul.register_kernel(GENERIC, np.matmul)
-_signature_of(matmul, _X1, _X2)
+# matmul stays an op rather than a function in front of one: Tensor's ``@`` binds
+# to its fast path. ``inspect.signature`` reports the standard's (x1, x2, /).
+matmul.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY) for name in ("x1", "x2")]
+)
 
 
 @matmul.specialize("cpu")
@@ -140,25 +146,32 @@ def _tensordot_cost(
     return config.op_overhead_ns + 2.0 * math.prod(shape) * contracted * config.ns_per_flop
 
 
-tensordot = define_op(
+_tensordot = define_op(
     "tensordot",
     _tensordot_rule,
     cost=_tensordot_cost,
     operands=2,
     doc="Sum products over the given axes, as ``numpy.tensordot``.",
 )
-tensordot.register_kernel(GENERIC, lambda a, b, axes=2: np.tensordot(a, b, axes=axes))
+_tensordot.register_kernel(GENERIC, lambda a, b, axes=2: np.tensordot(a, b, axes=axes))
 
 
-# The standard makes axes keyword-only; this namespace also takes it by position,
-# as numpy does (``ert.tensordot(a, b, 1)``), which the Array API's test suite
-# accepts. ``eagerrt.linalg.tensordot`` is the strict, keyword-only form.
-_signature_of(
-    tensordot,
-    _X1,
-    _X2,
-    inspect.Parameter("axes", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=2),
-)
+@front_of(_tensordot)
+def tensordot(
+    x1: Any, x2: Any, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2
+) -> Tensor:
+    """Sum the products of ``x1`` and ``x2`` over the last ``axes`` axes of ``x1``
+    and the first of ``x2``, or over the pair of axis lists ``axes``; the
+    remaining axes of ``x1`` then of ``x2`` make the result's. (The op behind it,
+    ``tensordot.op``, also takes ``axes`` by position, as numpy does.)
+
+    >>> import eagerrt as ert
+    >>> ert.tensordot(ert.ones((2, 3, 4)), ert.ones((3, 4, 5))).shape
+    (2, 5)
+    >>> ert.tensordot(ert.ones((2, 3)), ert.ones((3, 2)), axes=([0], [1])).shape
+    (3, 3)
+    """
+    return _tensordot(x1, x2, axes=axes)
 
 
 def contracted_axis(op: str, a: Tensor, b: Tensor, axis: Any) -> int:
@@ -224,6 +237,7 @@ def _vecdot_kernel(x1: Any, x2: Any, axis: int = -1) -> Any:
     return np.asarray(np.vecdot(np.moveaxis(x1, ax, -1), np.moveaxis(x2, ax, -1)))
 
 
+@front_of(_vecdot)
 def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Tensor:
     """The dot product of the vectors along ``axis`` (counted from the end), with
     the other dimensions broadcast; complex ``x1`` is conjugated, as the standard
@@ -255,6 +269,7 @@ _matrix_transpose = define_op(
 _matrix_transpose.register_kernel(GENERIC, np.matrix_transpose)
 
 
+@front_of(_matrix_transpose)
 def matrix_transpose(x: Any, /) -> Tensor:
     """``x`` with its last two axes swapped (a view): a stack of transposed matrices.
 
