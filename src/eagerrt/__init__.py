@@ -15,6 +15,8 @@ np.float32(2.0)
 
 from __future__ import annotations
 
+import math
+
 from . import devices, fft, linalg, lowlevel
 from ._core.config import Config, config, sync_mode
 from ._core.errors import (
@@ -32,11 +34,23 @@ from ._core.errors import (
 from ._core.scheduler import EagerErrorGroup, Stats, stats, synchronize
 from .calibrate import calibrate
 from .devices import Device, get_device, register_device
+from .dtypes import *  # noqa: F403 - the Array API's dtypes and dtype functions
+from .dtypes import __all__ as _dtypes_all
+from .namespace_info import __array_namespace_info__
 from .ops import *  # noqa: F403 - the op functions are the public API
 from .ops import __all__ as _ops_all
 from .tensor import Tensor
 
 __version__ = "0.1.0"
+#: The version of the Python Array API standard this namespace follows.
+__array_api_version__ = "2024.12"
+
+# The Array API's constants.
+e = math.e
+pi = math.pi
+inf = math.inf
+nan = math.nan
+newaxis = None
 
 __all__ = [
     "ArgumentError",
@@ -54,17 +68,25 @@ __all__ = [
     "UsageError",
     "ValueRangeError",
     "WaitTimeoutError",
+    "__array_api_version__",
+    "__array_namespace_info__",
     "__version__",
     "calibrate",
     "config",
     "devices",
+    "e",
     "fft",
     "get_device",
+    "inf",
     "linalg",
     "lowlevel",
+    "nan",
+    "newaxis",
+    "pi",
     "register_device",
     "stats",
     "sync_mode",
     "synchronize",
+    *_dtypes_all,
     *_ops_all,
 ]

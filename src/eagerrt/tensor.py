@@ -12,13 +12,15 @@ Arithmetic operators and methods such as ``t.sum()`` are installed by
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import math
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core.async_value import ERROR, PENDING, READY, AsyncValue
+from ._core.async_value import ERROR, PENDING, READY, AsyncValue, _transition_lock
 from ._core.bridge import wait_async
 from ._core.errors import (
     DTypeError,
@@ -52,10 +54,18 @@ class Tensor(AsyncValue):
            [2., 2., 2.]], dtype=float32)
     """
 
-    # Born-ready tensors (the fast path) leave ``_waiters`` and ``_host`` unset:
-    # neither is read before it is written (``_host`` is a cache probed with
-    # try/except), and every assignment saved matters on the hottest line.
-    __slots__ = ("_host", "_op", "device", "dtype", "shape")
+    # Born-ready tensors (the fast path) leave ``_waiters``, ``_host``,
+    # ``_holds`` and ``_readers`` unset: none is read before it is written (each
+    # is probed with getattr/try), and every assignment saved matters on the
+    # hottest line.
+    #
+    # Writes (``t[i] = v``, ``t += 1``) give a tensor new values over time, in
+    # versions ordered like MXNet's read/write dependencies (see
+    # ``eagerrt.ops.writes``): ``_readers`` holds the slow-path tasks still to
+    # read the current version; ``_holds`` queues, for each write not yet done,
+    # a stand-in value that completes when the version before it does, so the
+    # readers of that version wake then while readers after the write wait on.
+    __slots__ = ("_holds", "_host", "_op", "_readers", "device", "dtype", "shape")
 
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
@@ -114,6 +124,44 @@ class Tensor(AsyncValue):
         t.device = device
         t._op = op
         return t
+
+    # -- versions (writes) ---------------------------------------------------
+    def _complete(self, state: int, value: Any) -> None:
+        """Complete the current version: the last one makes the tensor available;
+        an earlier one (a write is queued behind it) only wakes its own readers."""
+        with _transition_lock:
+            holds: collections.deque[AsyncValue] | None = getattr(self, "_holds", None)
+            hold = None
+            if holds and state == READY and self._state == PENDING:
+                hold = holds.popleft()
+                self._value = value  # the tensor stays pending: a write follows
+        self._forget_host()
+        if hold is not None:
+            hold._complete(READY, value)
+            return
+        if holds:  # a failure fails every later version too: writes can't mend it
+            failed = list(holds)
+            holds.clear()
+            super()._complete(state, value)
+            for later in failed:
+                later._complete(state, value)
+            return
+        super()._complete(state, value)
+
+    def _forget_host(self) -> None:
+        with contextlib.suppress(AttributeError):
+            del self._host
+
+    def _track_reader(self, reader: Any) -> None:
+        """Note a queued task that will read this tensor's current version."""
+        try:
+            self._readers.add(reader)
+        except AttributeError:
+            self._readers = {reader}
+
+    def _untrack_reader(self, reader: Any) -> None:
+        with contextlib.suppress(AttributeError):
+            self._readers.discard(reader)
 
     # -- metadata ------------------------------------------------------------
     @property

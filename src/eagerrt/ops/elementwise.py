@@ -19,13 +19,16 @@ from typing import Any
 import numpy as np
 
 from .._core.config import config
-from .._core.errors import DTypeError, ShapeError
+from .._core.errors import DTypeError
 from ..tensor import Tensor
 from ._rules import as_float, broadcast_shapes, dtype_key, ufunc_dtype
-from .registry import GENERIC, Op, call_error, define_op
+from .registry import GENERIC, Op, define_op
 
 __all__ = [  # the ufunc ops' names are added below, from the tables
     "clip",
+    "imag",
+    "real",
+    "reciprocal",
     "gelu",
     "relu",
     "round",
@@ -115,6 +118,26 @@ UNARY_UFUNCS: dict[str, tuple[np.ufunc, float]] = {
     "sign": (np.sign, 1),
     "square": (np.square, 1),
     "logical_not": (np.logical_not, 1),
+    "acos": (np.arccos, 8),
+    "acosh": (np.arccosh, 8),
+    "asin": (np.arcsin, 8),
+    "asinh": (np.arcsinh, 8),
+    "atan": (np.arctan, 8),
+    "atanh": (np.arctanh, 8),
+    "bitwise_invert": (np.invert, 1),
+    "conj": (np.conjugate, 1),
+    "cosh": (np.cosh, 8),
+    "expm1": (np.expm1, 4),
+    "isfinite": (np.isfinite, 1),
+    "isinf": (np.isinf, 1),
+    "isnan": (np.isnan, 1),
+    "log1p": (np.log1p, 4),
+    "log2": (np.log2, 4),
+    "log10": (np.log10, 4),
+    "signbit": (np.signbit, 1),
+    "sinh": (np.sinh, 8),
+    "tan": (np.tan, 8),
+    "trunc": (np.trunc, 1),
 }
 BINARY_UFUNCS: dict[str, tuple[np.ufunc, float]] = {
     "add": (np.add, 1),
@@ -135,6 +158,16 @@ BINARY_UFUNCS: dict[str, tuple[np.ufunc, float]] = {
     "logical_and": (np.logical_and, 1),
     "logical_or": (np.logical_or, 1),
     "logical_xor": (np.logical_xor, 1),
+    "atan2": (np.arctan2, 8),
+    "bitwise_and": (np.bitwise_and, 1),
+    "bitwise_left_shift": (np.left_shift, 1),
+    "bitwise_or": (np.bitwise_or, 1),
+    "bitwise_right_shift": (np.right_shift, 1),
+    "bitwise_xor": (np.bitwise_xor, 1),
+    "copysign": (np.copysign, 1),
+    "hypot": (np.hypot, 4),
+    "logaddexp": (np.logaddexp, 8),
+    "nextafter": (np.nextafter, 2),
 }
 
 UFUNC_OPS: dict[str, Op] = {
@@ -146,6 +179,41 @@ UFUNC_ALIASES = {"neg": "negative", "pow": "power"}
 globals().update(UFUNC_OPS)
 globals().update({alias: UFUNC_OPS[name] for alias, name in UFUNC_ALIASES.items()})
 __all__ += [*UFUNC_OPS, *UFUNC_ALIASES]
+
+
+def _real_part_rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    dtype = x.dtype if type(x) is Tensor else np.result_type(x)
+    return _shape_of(x), np.empty(0, dtype).real.dtype
+
+
+real = define_op(
+    "real",
+    _real_part_rule,
+    operands=1,
+    weak_scalars=True,
+    doc="The real part of each element (real input: itself).",
+)
+real.register_kernel(GENERIC, np.real)
+imag = define_op(
+    "imag",
+    _real_part_rule,
+    operands=1,
+    weak_scalars=True,
+    doc="The imaginary part of each element (real input: zeros).",
+)
+imag.register_kernel(GENERIC, lambda x: np.imag(x) if np.iscomplexobj(x) else np.zeros_like(x))
+
+
+def _reciprocal_rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    # The Array API's reciprocal is 1 / x: integers become floats (numpy's
+    # ufunc would do integer division).
+    return _shape_of(x), ufunc_dtype(np.divide, 1.0, x)
+
+
+reciprocal = define_op(
+    "reciprocal", _reciprocal_rule, operands=1, weak_scalars=True, doc="``1 / x``."
+)
+reciprocal.register_kernel(GENERIC, lambda x: np.divide(1.0, x))
 
 
 # -- activations ---------------------------------------------------------------
@@ -267,8 +335,8 @@ def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
     >>> ert.clip(ert.asarray([-2.0, 0.5, 3.0]), 0.0, 1.0).numpy()
     array([0. , 0.5, 1. ])
     """
-    if min is None and max is None:
-        raise call_error(ShapeError, "clip", (x,), {}, "needs at least one of min and max")
+    if min is None and max is None:  # the Array API's rule: the values unchanged
+        return UFUNC_OPS["positive"](x)
     if min is None:  # numpy's own clip does the same
         return UFUNC_OPS["minimum"](x, max)
     if max is None:

@@ -449,19 +449,29 @@ class _KernelTask(Task):
 
     def run(self) -> None:
         result = self.result
-        failed = next((a for a in self.args if type(a) is Tensor and a._state == ERROR), None)
+        args = self.args
+        failed = next((a for a in args if type(a) is Tensor and a._state == ERROR), None)
         if failed is not None:
+            self._done_reading()
             result._complete(ERROR, failed._value)
             return
         try:
-            value = self.compute(*[a._value if type(a) is Tensor else a for a in self.args])
+            value = self.compute(*[a._value if type(a) is Tensor else a for a in args])
         except BaseException as exc:
             # Even Ctrl-C or SystemExit must not leave the result pending forever.
+            self._done_reading()
             result._complete(ERROR, Failure(self.name, self.site, exc))
             if not isinstance(exc, Exception):
                 raise
             return
+        self._done_reading()
         result._complete(READY, value)
+
+    def _done_reading(self) -> None:
+        # A write waiting for this read may now replace the inputs' values.
+        for a in self.args:
+            if type(a) is Tensor:
+                a._untrack_reader(self)
 
 
 def launch(
@@ -491,6 +501,9 @@ def launch(
     task.compute = compute
     task.name = name
     task.site = site
+    for a in args:  # a later write to an input must wait for this read
+        if type(a) is Tensor:
+            a._track_reader(task)
     schedule(task, pending)
     return result
 

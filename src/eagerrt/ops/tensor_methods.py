@@ -13,9 +13,9 @@ import numpy as np
 from ..devices import get_device
 from ..devices.base import Device
 from ..tensor import Tensor
-from . import reduction
+from . import reduction, writes
 from .elementwise import UFUNC_OPS
-from .indexing import getitem
+from .indexing import index_tensor
 from .linalg import matmul
 from .manipulation import astype, reshape, transpose
 from .registry import Op, elementwise_cost, launch
@@ -51,7 +51,14 @@ _BINARY = {
     "mod": "remainder",
     "pow": "power",
 }
-for _dunder, _name in _BINARY.items():
+_BITWISE = {
+    "and": "bitwise_and",
+    "or": "bitwise_or",
+    "xor": "bitwise_xor",
+    "lshift": "bitwise_left_shift",
+    "rshift": "bitwise_right_shift",
+}
+for _dunder, _name in {**_BINARY, **_BITWISE}.items():
     setattr(Tensor, f"__{_dunder}__", UFUNC_OPS[_name].call2)
     setattr(Tensor, f"__r{_dunder}__", _reflected(UFUNC_OPS[_name]))
 for _dunder, _name in {
@@ -65,8 +72,19 @@ for _dunder, _name in {
     setattr(Tensor, f"__{_dunder}__", _comparison(UFUNC_OPS[_name]))
 
 
-def _getitem(self: Tensor, index: Any) -> Tensor:
-    return getitem(self, index=index)
+def _inplace(op: Op) -> Any:
+    call2 = op.call2
+
+    def method(self: Tensor, other: Any) -> Tensor:
+        return writes.replace(self, call2(self, other), f"__i{op.name}__")
+
+    return method
+
+
+_INPLACE = {**_BINARY, **_BITWISE, "matmul": "matmul"}
+for _dunder, _name in _INPLACE.items():
+    _op = matmul if _name == "matmul" else UFUNC_OPS[_name]
+    setattr(Tensor, f"__i{_dunder}__", _inplace(_op))
 
 
 def _reshape(self: Tensor, *shape: Any) -> Tensor:
@@ -111,7 +129,9 @@ _METHODS: dict[str, Any] = {
     "__neg__": UFUNC_OPS["negative"].call1,
     "__pos__": UFUNC_OPS["positive"].call1,
     "__abs__": UFUNC_OPS["abs"].call1,
-    "__getitem__": _getitem,
+    "__getitem__": index_tensor,
+    "__setitem__": writes.setitem,
+    "__invert__": UFUNC_OPS["bitwise_invert"].call1,
     "reshape": _reshape,
     "transpose": _transpose,
     "T": property(lambda self: transpose(self)),

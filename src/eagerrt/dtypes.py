@@ -1,0 +1,151 @@
+"""Data types: the Array API's dtype objects and dtype functions.
+
+eagerrt's dtypes *are* numpy's ``np.dtype`` objects, so ``t.dtype``,
+``ert.float32`` and ``np.dtype("float32")`` are one and the same and compare
+equal; numpy's promotion rules (NEP 50: Python scalars are weak) decide result
+types, which for the Array API's defined cases are the standard's.
+
+>>> import eagerrt as ert
+>>> ert.ones(3, dtype=ert.float32).dtype == ert.float32
+True
+>>> ert.isdtype(ert.int8, "signed integer"), ert.result_type(ert.int8, ert.int16, 1)
+(True, dtype('int16'))
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+
+from ._core.errors import DTypeError
+from .tensor import Tensor
+
+__all__ = [
+    "bool",
+    "can_cast",
+    "complex64",
+    "complex128",
+    "finfo",
+    "float32",
+    "float64",
+    "iinfo",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "isdtype",
+    "result_type",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+]
+
+bool = np.dtype("bool")
+int8 = np.dtype("int8")
+int16 = np.dtype("int16")
+int32 = np.dtype("int32")
+int64 = np.dtype("int64")
+uint8 = np.dtype("uint8")
+uint16 = np.dtype("uint16")
+uint32 = np.dtype("uint32")
+uint64 = np.dtype("uint64")
+float32 = np.dtype("float32")
+float64 = np.dtype("float64")
+complex64 = np.dtype("complex64")
+complex128 = np.dtype("complex128")
+
+#: Every dtype of the Array API, by name.
+ALL_DTYPES: dict[str, np.dtype[Any]] = {
+    str(d): d
+    for d in (
+        bool,
+        int8,
+        int16,
+        int32,
+        int64,
+        uint8,
+        uint16,
+        uint32,
+        uint64,
+        float32,
+        float64,
+        complex64,
+        complex128,
+    )
+}
+
+
+def _dtype_of(x: Any, what: str) -> np.dtype[Any]:
+    if isinstance(x, Tensor):
+        return x.dtype
+    try:
+        return np.dtype(x)
+    except TypeError:
+        raise DTypeError(f"{what} needs a dtype or a tensor, got {x!r}") from None
+
+
+def isdtype(dtype: Any, kind: Any) -> builtins.bool:
+    """Whether ``dtype`` is of ``kind``: a dtype, a kind name ("bool",
+    "signed integer", "unsigned integer", "integral", "real floating",
+    "complex floating", "numeric") or a tuple of them.
+
+    >>> import eagerrt as ert
+    >>> ert.isdtype(ert.float32, ("integral", "real floating"))
+    True
+    """
+    if not isinstance(dtype, np.dtype) or str(dtype) not in ALL_DTYPES:
+        raise DTypeError(f"isdtype needs an eagerrt dtype, got {dtype!r}")
+    try:
+        return builtins.bool(np.isdtype(dtype, kind))
+    except (TypeError, ValueError) as exc:
+        raise DTypeError(f"isdtype: {exc}") from None
+
+
+def result_type(*arrays_and_dtypes: Any) -> np.dtype[Any]:
+    """The dtype that combining these tensors, dtypes and Python scalars gives
+    (scalars are weak: they don't widen the result).
+
+    >>> import eagerrt as ert
+    >>> ert.result_type(ert.asarray([1], dtype=ert.uint8), 2.5)
+    dtype('float64')
+    """
+    if not arrays_and_dtypes:
+        raise DTypeError("result_type needs at least one tensor or dtype")
+    parts: list[Any] = []
+    for x in arrays_and_dtypes:
+        if isinstance(x, Tensor):
+            parts.append(x.dtype)
+        elif isinstance(x, (builtins.bool, int, float, complex)):
+            parts.append(x)
+        else:
+            parts.append(_dtype_of(x, "result_type"))
+    if not any(isinstance(p, np.dtype) for p in parts):
+        raise DTypeError("result_type needs at least one tensor or dtype, not only Python scalars")
+    try:
+        return np.result_type(*parts)
+    except TypeError as exc:
+        raise DTypeError(f"result_type: {exc}") from None
+
+
+def can_cast(from_: Any, to: Any, /) -> builtins.bool:
+    """Whether ``from_`` (a dtype or tensor) casts to ``to`` without losing values."""
+    return builtins.bool(np.can_cast(_dtype_of(from_, "can_cast"), _dtype_of(to, "can_cast")))
+
+
+def finfo(type: Any, /) -> np.finfo[Any]:
+    """Machine limits of a floating dtype (bits, eps, max, min, smallest_normal, dtype)."""
+    dtype = _dtype_of(type, "finfo")
+    if dtype.kind not in "fc":
+        raise DTypeError(f"finfo needs a floating dtype, got {dtype}")
+    return np.finfo(dtype)
+
+
+def iinfo(type: Any, /) -> np.iinfo[Any]:
+    """Machine limits of an integer dtype (bits, max, min, dtype)."""
+    dtype = _dtype_of(type, "iinfo")
+    if dtype.kind not in "iu":
+        raise DTypeError(f"iinfo needs an integer dtype, got {dtype}")
+    return np.iinfo(dtype)

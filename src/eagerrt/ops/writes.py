@@ -1,0 +1,271 @@
+"""Writes: ``t[index] = value`` and the in-place operators (``t += x``).
+
+A tensor has value semantics: a write gives ``t`` a new *version*, and every
+tensor computed from ``t`` before the write (views like ``t[0:2]`` included)
+keeps the values it had, as do arrays ``t.numpy()`` handed out. Writes are
+ordered like MXNet's read/write dependencies:
+
+* a write runs after every earlier op that reads ``t`` (they see the old
+  version) and after the version it overwrites is computed;
+* every op that reads ``t`` after the write waits for it (it sees the new one).
+
+When ``t`` is ready, nothing reads it in the background and the write is cheap,
+it happens right here (the fast path); otherwise ``t`` turns pending until the
+write is done. The new version is a copy with the write applied, never a
+mutation of memory something else may still read.
+
+>>> import eagerrt as ert
+>>> t = ert.zeros(4, dtype=ert.int32)
+>>> before = t + 0
+>>> t[1:3] = 7
+>>> t += 1
+>>> t.numpy().tolist(), before.numpy().tolist()
+([1, 8, 8, 1], [0, 0, 0, 0])
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._core.async_value import ERROR, PENDING, READY, AsyncValue, _transition_lock
+from .._core.config import config
+from .._core.errors import (
+    DeviceError,
+    DTypeError,
+    Failure,
+    OutOfBoundsError,
+    ShapeError,
+    SourceLine,
+    UsageError,
+    ValueRangeError,
+    user_line,
+)
+from .._core.scheduler import Task, _outstanding, schedule
+from ..tensor import Tensor
+from ._rules import broadcast_shapes
+from .indexing import fill_index, indexed_shape, split_index
+from .registry import call_error, elementwise_cost
+
+__all__: list[str] = []
+
+_SCALARS = (bool, int, float, complex)
+_KIND_ORDER = "biufc"  # bool < int < float < complex: a value may not climb down
+_EVERYTHING = (Ellipsis,)
+
+
+def setitem(t: Tensor, index: Any, value: Any) -> None:
+    """``t[index] = value``: basic, integer-array and boolean-mask indexes."""
+    if index is Ellipsis or (type(index) is tuple and not index):
+        template: tuple[Any, ...] = _EVERYTHING
+        operands: list[Tensor] = []
+    else:
+        try:
+            template, operands = split_index(index)
+        except DTypeError as exc:
+            raise call_error(DTypeError, "setitem", (t,), {"index": index}, str(exc)) from None
+    value = _check_value(t, template, operands, value, index)
+    write(t, "setitem", _assign, value, operands, template=template)
+
+
+def replace(t: Tensor, result: Tensor, op: str) -> Tensor:
+    """Make ``result`` (computed from ``t``) ``t``'s next version: ``t += x``."""
+    if result.shape != t.shape:
+        raise call_error(
+            ShapeError,
+            op,
+            (t, result),
+            {},
+            f"the result's shape {result.shape} is not the tensor's {t.shape}; an "
+            "in-place operator can't change a tensor's shape",
+        )
+    _check_cast(t, result.dtype, op, (t, result))
+    write(t, op, _replace, result, [])
+    return t
+
+
+def _check_cast(t: Tensor, dtype: np.dtype[Any], op: str, args: tuple[Any, ...]) -> None:
+    if dtype != t.dtype and not np.can_cast(dtype, t.dtype, "same_kind"):
+        raise call_error(
+            DTypeError,
+            op,
+            args,
+            {},
+            f"can't write {dtype} values into a {t.dtype} tensor (it would lose their "
+            f"kind); cast them first with .astype({str(t.dtype)!r})",
+        )
+
+
+def _check_value(
+    t: Tensor, template: tuple[Any, ...], operands: list[Tensor], value: Any, index: Any
+) -> Any:
+    """The value as a Python scalar or a tensor, checked against the target."""
+    args = (t, value)
+    static = {"index": index}
+    if isinstance(value, _SCALARS):
+        kind = "b" if type(value) is bool else type(value).__name__[0]  # i, f or c
+        if _KIND_ORDER.index(kind) > _KIND_ORDER.index(t.dtype.kind.replace("u", "i")):
+            raise call_error(
+                DTypeError,
+                "setitem",
+                args,
+                static,
+                f"can't write a Python {type(value).__name__} into a {t.dtype} tensor",
+            )
+        if kind == "i" and t.dtype.kind in "iu":
+            info = np.iinfo(t.dtype)
+            if not info.min <= value <= info.max:
+                raise call_error(
+                    ValueRangeError, "setitem", args, static, f"{value} does not fit {t.dtype}"
+                )
+    else:
+        if type(value) is not Tensor:
+            from .creation import asarray
+
+            try:
+                value = asarray(value)
+            except UsageError as exc:
+                raise call_error(DTypeError, "setitem", args, static, str(exc)) from None
+        if value.device is not t.device:
+            raise call_error(
+                DeviceError,
+                "setitem",
+                args,
+                static,
+                f"the value is on {value.device.name}, the tensor on {t.device.name}",
+            )
+        _check_cast(t, value.dtype, "setitem", args)
+    for o in operands:
+        if o.device is not t.device:
+            raise call_error(DeviceError, "setitem", args, static, "index on another device")
+    # The target's shape, when the index alone decides it (a boolean mask's
+    # data decides it otherwise, and the kernel checks the value then).
+    masks = [o for o in operands if o.dtype.kind == "b"]
+    stand_ins = [np.zeros(o.shape, dtype=bool) if o.dtype.kind == "b" else o for o in operands]
+    try:
+        target = indexed_shape(t.shape, template, stand_ins)
+        if not masks and type(value) is Tensor and broadcast_shapes(value.shape, target) != target:
+            raise ShapeError(f"a value of shape {value.shape} can't fill shape {target}")
+    except (ShapeError, OutOfBoundsError) as exc:
+        raise call_error(type(exc), "setitem", args, static, str(exc)) from None
+    return value
+
+
+def _assign(old: Any, value: Any, *arrays: Any, template: tuple[Any, ...]) -> Any:
+    new = old.copy()
+    new[fill_index(template, arrays)] = value
+    return new
+
+
+def _replace(old: Any, value: Any) -> Any:
+    return value if value.dtype == old.dtype else value.astype(old.dtype)
+
+
+def write(
+    t: Tensor,
+    name: str,
+    kernel: Callable[..., Any],
+    value: Any,
+    operands: list[Tensor],
+    **static: Any,
+) -> None:
+    """Give ``t`` the version ``kernel(old, value, *operands, **static)``,
+    ordered after every earlier reader of ``t`` and before every later one."""
+    if t._state == ERROR:
+        return  # a failed tensor stays failed: its readers learn why on await
+    inputs = [o for o in (value, *operands) if type(o) is Tensor]
+    failed = any(o._state == ERROR for o in inputs)  # the task passes the failure on
+    readers = [r.result for r in list(getattr(t, "_readers", ()))]
+    waits = [v for v in (*inputs, *readers) if v._state == PENDING]
+    cost = elementwise_cost(t.shape, t.dtype)
+    if config.sync_active:
+        for v in waits:
+            v.wait()
+        waits = []
+        if t._state == PENDING:
+            t.wait()
+    fits_inline = cost <= config.inline_limit_ns or config.sync_active
+    if t._state == READY and not waits and not failed and fits_inline:
+        _write_now(t, name, kernel, value, operands, static)
+        return
+    task = _WriteTask(t, cost, t.device.executor)
+    task.args = (value, *operands)
+    task.compute = (lambda *v: kernel(*v, **static)) if static else kernel
+    task.name = name
+    task.site = user_line()
+    with _transition_lock:
+        if t._state == PENDING:
+            # The version before this write is still to come: its readers (the
+            # waiters so far) move to a hold that completes with it.
+            hold = AsyncValue()
+            hold._waiters = t._waiters
+            t._waiters = None
+            holds = getattr(t, "_holds", None)
+            if holds is None:
+                holds = t._holds = deque()
+            holds.append(hold)
+            waits.append(hold)
+        else:  # ready: pending again until this write is done
+            t._state = PENDING
+            t._waiters = None
+    t._forget_host()
+    schedule(task, waits)
+
+
+def _write_now(
+    t: Tensor,
+    name: str,
+    kernel: Callable[..., Any],
+    value: Any,
+    operands: list[Tensor],
+    static: dict[str, Any],
+) -> None:
+    native = value._value if type(value) is Tensor else value
+    try:
+        new = kernel(t._value, native, *[o._value for o in operands], **static)
+    except IndexError as exc:  # known now, so said now, at the user's line
+        raise call_error(OutOfBoundsError, name, (t,), static, str(exc)) from None
+    except ValueError as exc:
+        raise call_error(ShapeError, name, (t,), static, str(exc)) from None
+    t._value = new
+    t._forget_host()
+
+
+class _WriteTask(Task):
+    """Compute ``t``'s next version from its current one and complete it."""
+
+    __slots__ = ("args", "compute", "name", "site")
+
+    args: tuple[Any, ...]
+    compute: Callable[..., Any]
+    name: str
+    site: SourceLine | None
+
+    def run(self) -> None:
+        t = self.result
+        if t._state == ERROR:  # an earlier version failed; so did this one
+            return
+        failed = next((a for a in self.args if type(a) is Tensor and a._state == ERROR), None)
+        if failed is not None:
+            t._complete(ERROR, failed._value)
+            return
+        try:
+            values = [a._value if type(a) is Tensor else a for a in self.args]
+            new = self.compute(t._value, *values)
+        except BaseException as exc:
+            t._complete(ERROR, Failure(self.name, self.site, exc))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        t._complete(READY, new)
+
+    def _run_and_forget(self) -> None:
+        try:
+            self.run()
+        finally:
+            # Another write may keep the tensor pending: then it stays outstanding.
+            if self.result._state != PENDING:
+                _outstanding.pop(id(self.result), None)
