@@ -1262,7 +1262,9 @@ def _creation_cases() -> list[CreationCase]:
             lambda: np.ones((3,), dtype="int8"),
         ),
         CreationCase(
-            "ones([2, 2], bool)", lambda: ert.ones([2, 2], bool), lambda: np.ones([2, 2], bool)
+            "ones([2, 2], bool)",
+            lambda: ert.ones([2, 2], dtype=bool),
+            lambda: np.ones([2, 2], bool),
         ),
         CreationCase("empty((2, 0)).shape", lambda: ert.empty((2, 0)), lambda: np.empty((2, 0))),
         CreationCase("full((2, 2), 7)", lambda: ert.full((2, 2), 7), lambda: np.full((2, 2), 7)),
@@ -1283,7 +1285,7 @@ def _creation_cases() -> list[CreationCase]:
         ),
         CreationCase(
             "full((3,), 5, float32)",
-            lambda: ert.full((3,), 5, "float32"),
+            lambda: ert.full((3,), 5, dtype="float32"),
             lambda: np.full((3,), 5, "float32"),
         ),
         CreationCase("arange(5)", lambda: ert.arange(5), lambda: np.arange(5)),
@@ -1360,7 +1362,9 @@ def _creation_cases() -> list[CreationCase]:
             "eye(3, dtype=int8)", lambda: ert.eye(3, dtype="int8"), lambda: np.eye(3, dtype="int8")
         ),
         CreationCase(
-            "eye(2, 3, 1, bool)", lambda: ert.eye(2, 3, 1, bool), lambda: np.eye(2, 3, 1, bool)
+            "eye(2, 3, 1, bool)",
+            lambda: ert.eye(2, 3, k=1, dtype=bool),
+            lambda: np.eye(2, 3, 1, bool),
         ),
     ]
     for dtype in ALL:
@@ -1405,7 +1409,7 @@ def _creation_cases() -> list[CreationCase]:
         ),
         CreationCase(
             "ones_like(t, float32)",
-            lambda: ert.ones_like(ert.ones((2,), dtype="int8"), "float32"),
+            lambda: ert.ones_like(ert.ones((2,), dtype="int8"), dtype="float32"),
             lambda: np.ones_like(np.ones((2,), dtype="int8"), "float32"),
         ),
         CreationCase(

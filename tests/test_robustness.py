@@ -340,14 +340,22 @@ def test_operands_by_keyword_follow_numpy_for_elementwise_ops() -> None:
 
 
 def test_reductions_bind_positional_arguments_in_numpys_order() -> None:
+    """The functions take the standard's keyword-only options; their ops (``fn.op``)
+    bind positional arguments in numpy's order, and numpy's own functions work."""
     data = np.arange(6, dtype=np.int8).reshape(2, 3)
-    got = ert.sum(ert.asarray(data), 0, "float32")
     want = np.sum(data, 0, "float32")
-    assert (got.shape, got.dtype) == (want.shape, want.dtype)
-    np.testing.assert_array_equal(got.numpy(), want)
+    for got in (
+        ert.sum.op(ert.asarray(data), 0, "float32"),
+        np.sum(ert.asarray(data), 0, "float32"),
+    ):
+        assert (got.shape, got.dtype) == (want.shape, want.dtype)
+        np.testing.assert_array_equal(got.numpy(), want)
     np.testing.assert_allclose(
-        ert.var(ert.asarray(data), 0, None, None, 1).numpy(), np.var(data, 0, ddof=1)
+        ert.var.op(ert.asarray(data), 0, None, None, 1).numpy(),
+        np.var(data, 0, ddof=1),
     )
+    with pytest.raises(TypeError):
+        ert.sum(ert.asarray(data), 0)  # the standard's axis is keyword-only
 
 
 def test_an_indirect_value_refuses_a_direct_result_once_forwarded() -> None:

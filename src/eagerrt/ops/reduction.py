@@ -1,8 +1,15 @@
-"""Reductions over axes: sum, mean, prod, max, min, var, std, argmax, argmin.
+"""Statistical and utility functions: reductions over axes, cumulative sums and
+products, ``all``/``any``, ``diff``, and arg-reductions.
 
-Result dtypes follow numpy: integer sums and products widen to the platform
-integer, means and variances of integers are float64, variances of complex
-numbers are real, arg-reductions give int64.
+The public functions have the Python Array API standard's signatures (2024.12):
+``x`` is positional-only, the options keyword-only, and numpy's extra options
+(``out=None``, ``ddof=``, ``dtype=`` of ``var``/``std``) come after the
+standard's, so numpy's own ``np.sum(t)`` (through ``t.sum``) works too. Each
+function's op, whose parameters are numpy's in numpy's order, is ``fn.op``.
+
+Result dtypes follow numpy, which here agrees with the standard: integer sums and
+products widen to int64 (uint64 for unsigned), means and variances of integers
+are float64, variances of complex numbers are real, arg-reductions give int64.
 
 >>> import eagerrt as ert
 >>> x = ert.asarray([[1, 2], [3, 4]])
@@ -12,27 +19,48 @@ numbers are real, arg-reductions give int64.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import builtins
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .._core.config import config
-from .._core.errors import ShapeError
+from .._core.errors import ArgumentError, ShapeError, UsageError
 from ..tensor import Tensor
 from ._rules import normalize_axes, normalize_axis, to_dtype
-from .registry import GENERIC, Op, define_op
+from .registry import GENERIC, Op, call_error, define_op
 
-__all__ = ["argmax", "argmin", "max", "mean", "min", "prod", "std", "sum", "var"]
+__all__ = [
+    "all",
+    "any",
+    "argmax",
+    "argmin",
+    "cumulative_prod",
+    "cumulative_sum",
+    "diff",
+    "max",
+    "mean",
+    "min",
+    "prod",
+    "std",
+    "sum",
+    "var",
+]
 
 _INT64 = np.dtype(np.int64)
 _UINT64 = np.dtype(np.uint64)
 _FLOAT64 = np.dtype(np.float64)
+_BOOL = np.dtype(np.bool_)
 _INTP = np.dtype(np.intp)
+
+Axis = int | Sequence[int] | None
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _accumulate_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """sum/prod: small ints and bools widen to the platform int (numpy's rule)."""
+    """sum/prod: small ints and bools widen to the default int (numpy's and the
+    standard's rule), unsigned ones to uint64."""
     if dtype.kind == "b" or (dtype.kind == "i" and dtype.itemsize < _INT64.itemsize):
         return _INT64
     if dtype.kind == "u" and dtype.itemsize < _UINT64.itemsize:
@@ -67,6 +95,19 @@ def _check_out(out: Any) -> None:
         raise TypeError("out= is not supported: tensors are immutable")
 
 
+def _named(op: Op) -> Callable[[_F], _F]:
+    """Mark a public function as the front of ``op``: ``fn.op`` is the op (for
+    device kernels, and numpy's positional order) and ``fn.name`` its name (what
+    Tensor's methods read)."""
+
+    def mark(fn: _F) -> _F:
+        setattr(fn, "op", op)  # noqa: B010 - functions get attributes this way for mypy
+        setattr(fn, "name", op.name)  # noqa: B010
+        return fn
+
+    return mark
+
+
 def _reduction(
     name: str,
     kernel: Callable[..., Any],
@@ -75,8 +116,7 @@ def _reduction(
     *,
     needs_elements: bool = False,
 ) -> Op:
-    """A reduction whose parameters are numpy's, in numpy's order, so that
-    ``ert.sum(x, 0, "float32")`` and numpy's own ``np.sum(t)`` bind alike."""
+    """A reduction op whose parameters are numpy's, in numpy's order."""
 
     def shape_and_dtype(
         x: Tensor, axis: Any, keepdims: bool, dtype: Any
@@ -84,7 +124,7 @@ def _reduction(
         if isinstance(axis, list):  # numpy's reductions take an int or a tuple
             raise TypeError(f"axis must be an int or a tuple of ints, not a list ({axis})")
         axes = normalize_axes(axis, x.ndim)
-        if needs_elements and any(x.shape[a] == 0 for a in axes):
+        if needs_elements and builtins.any(x.shape[a] == 0 for a in axes):
             raise ShapeError(f"{name} of an empty selection has no identity; the axis is empty")
         if dtype is None:
             out = result_dtype(x.dtype)
@@ -113,9 +153,13 @@ def _reduction(
             keepdims: bool = False,
         ) -> tuple[tuple[int, ...], np.dtype[Any]]:
             _check_out(out)
+            if isinstance(ddof, bool) or not isinstance(ddof, (int, float, np.number)):
+                raise TypeError(f"correction (ddof) must be a number, got {ddof!r}")
+            if ddof < 0:
+                raise ArgumentError(f"correction (ddof) must not be negative, got {ddof}")
             return shape_and_dtype(x, axis, keepdims, dtype)
 
-    else:  # max, min
+    else:  # max, min, all, any
 
         def rule(
             x: Tensor, axis: Any = None, out: Any = None, keepdims: bool = False
@@ -134,15 +178,304 @@ def _reduction(
     return op
 
 
-sum = _reduction("sum", np.sum, _accumulate_dtype, "dtype")
-prod = _reduction("prod", np.prod, _accumulate_dtype, "dtype")
-mean = _reduction("mean", np.mean, _mean_dtype, "dtype")
-max = _reduction("max", np.max, lambda d: d, "plain", needs_elements=True)
-min = _reduction("min", np.min, lambda d: d, "plain", needs_elements=True)
-var = _reduction("var", np.var, _var_dtype, "ddof")
-std = _reduction("std", np.std, _var_dtype, "ddof")
+_sum = _reduction("sum", np.sum, _accumulate_dtype, "dtype")
+_prod = _reduction("prod", np.prod, _accumulate_dtype, "dtype")
+_mean = _reduction("mean", np.mean, _mean_dtype, "dtype")
+_max = _reduction("max", np.max, lambda d: d, "plain", needs_elements=True)
+_min = _reduction("min", np.min, lambda d: d, "plain", needs_elements=True)
+_var = _reduction("var", np.var, _var_dtype, "ddof")
+_std = _reduction("std", np.std, _var_dtype, "ddof")
+_all = _reduction("all", np.all, lambda d: _BOOL, "plain")
+_any = _reduction("any", np.any, lambda d: _BOOL, "plain")
 
 
+def _reduce(op: Op, x: Any, axis: Any, keepdims: bool, out: Any = None, **params: Any) -> Tensor:
+    """Call ``op``, on its fast path when every option is the default."""
+    if axis is None and not keepdims and out is None and not params:
+        return op.call1(x)
+    if out is not None:
+        params["out"] = out
+    return op(x, axis=axis, keepdims=keepdims, **params)
+
+
+def _with_dtype(dtype: Any) -> dict[str, Any]:
+    return {} if dtype is None else {"dtype": dtype}
+
+
+@_named(_sum)
+def sum(
+    x: Any, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = False, out: None = None
+) -> Tensor:
+    """The sum over ``axis`` (every axis for None). Bools and small ints sum in
+    int64 (unsigned ones in uint64) unless ``dtype`` says otherwise.
+
+    >>> import eagerrt as ert
+    >>> s = ert.sum(ert.asarray([[1, 2], [3, 4]], dtype="int8"), axis=1)
+    >>> s.dtype, s.numpy()
+    (dtype('int64'), array([3, 7]))
+    """
+    return _reduce(_sum, x, axis, keepdims, out, **_with_dtype(dtype))
+
+
+@_named(_prod)
+def prod(
+    x: Any, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = False, out: None = None
+) -> Tensor:
+    """The product over ``axis``, accumulating as :func:`sum` does.
+
+    >>> import eagerrt as ert
+    >>> ert.prod(ert.asarray([1, 2, 3, 4])).item()
+    24
+    """
+    return _reduce(_prod, x, axis, keepdims, out, **_with_dtype(dtype))
+
+
+@_named(_mean)
+def mean(
+    x: Any, /, *, axis: Axis = None, keepdims: bool = False, dtype: Any = None, out: None = None
+) -> Tensor:
+    """The arithmetic mean over ``axis`` (float64 for integer and bool inputs).
+
+    >>> import eagerrt as ert
+    >>> ert.mean(ert.asarray([[1, 2], [3, 5]]), axis=0, keepdims=True).numpy()
+    array([[2. , 3.5]])
+    """
+    return _reduce(_mean, x, axis, keepdims, out, **_with_dtype(dtype))
+
+
+@_named(_max)
+def max(x: Any, /, *, axis: Axis = None, keepdims: bool = False, out: None = None) -> Tensor:
+    """The largest element over ``axis``; an empty selection is a ShapeError at the call.
+    NaNs propagate.
+
+    >>> import eagerrt as ert
+    >>> ert.max(ert.asarray([[1, 5], [3, 2]]), axis=1).numpy()
+    array([5, 3])
+    """
+    return _reduce(_max, x, axis, keepdims, out)
+
+
+@_named(_min)
+def min(x: Any, /, *, axis: Axis = None, keepdims: bool = False, out: None = None) -> Tensor:
+    """The smallest element over ``axis``; an empty selection is a ShapeError at the call.
+
+    >>> import eagerrt as ert
+    >>> ert.min(ert.asarray([[1, 5], [3, 2]]), axis=0).numpy()
+    array([1, 2])
+    """
+    return _reduce(_min, x, axis, keepdims, out)
+
+
+def _ddof(name: str, x: Any, ddof: float | None, correction: float) -> dict[str, Any]:
+    """numpy's ``ddof`` is the standard's ``correction``: one of them, at most."""
+    if ddof is not None and correction != 0:
+        raise call_error(
+            ArgumentError,
+            name,
+            (x,),
+            {"ddof": ddof, "correction": correction},
+            "give correction= or numpy's ddof=, not both",
+        )
+    value = correction if ddof is None else ddof
+    return {} if isinstance(value, (int, float)) and value == 0 else {"ddof": value}
+
+
+@_named(_var)
+def var(
+    x: Any,
+    /,
+    *,
+    axis: Axis = None,
+    correction: float = 0.0,
+    keepdims: bool = False,
+    ddof: float | None = None,
+    dtype: Any = None,
+    out: None = None,
+) -> Tensor:
+    """The variance over ``axis``, dividing by ``N - correction`` (the standard's
+    name; numpy's ``ddof`` means the same). Real for complex inputs.
+
+    >>> import eagerrt as ert
+    >>> x = ert.asarray([1.0, 2.0, 3.0, 4.0])
+    >>> ert.var(x).item(), ert.var(x, correction=1).item()
+    (1.25, 1.6666666666666667)
+    """
+    params = _ddof("var", x, ddof, correction) | _with_dtype(dtype)
+    return _reduce(_var, x, axis, keepdims, out, **params)
+
+
+@_named(_std)
+def std(
+    x: Any,
+    /,
+    *,
+    axis: Axis = None,
+    correction: float = 0.0,
+    keepdims: bool = False,
+    ddof: float | None = None,
+    dtype: Any = None,
+    out: None = None,
+) -> Tensor:
+    """The standard deviation over ``axis``, dividing by ``N - correction``.
+
+    >>> import eagerrt as ert
+    >>> ert.std(ert.asarray([1.0, 3.0]), correction=1).item()
+    1.4142135623730951
+    """
+    params = _ddof("std", x, ddof, correction) | _with_dtype(dtype)
+    return _reduce(_std, x, axis, keepdims, out, **params)
+
+
+@_named(_all)
+def all(x: Any, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
+    """Whether every element over ``axis`` is true (nonzero; NaN counts as true).
+
+    >>> import eagerrt as ert
+    >>> ert.all(ert.asarray([[1, 0], [2, 3]]), axis=1).numpy()
+    array([False,  True])
+    """
+    return _reduce(_all, x, axis, keepdims)
+
+
+@_named(_any)
+def any(x: Any, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
+    """Whether any element over ``axis`` is true (nonzero).
+
+    >>> import eagerrt as ert
+    >>> ert.any(ert.asarray([[1, 0], [0, 0]]), axis=1).numpy()
+    array([ True, False])
+    """
+    return _reduce(_any, x, axis, keepdims)
+
+
+# -- cumulative sums and products ---------------------------------------------------
+def _cumulative(name: str, kernel: Callable[..., Any]) -> Op:
+    def rule(
+        x: Tensor, axis: int | None = None, dtype: Any = None, include_initial: bool = False
+    ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        if x.ndim == 0:
+            raise ShapeError(f"{name} needs a tensor of at least one dimension")
+        if axis is None:
+            if x.ndim != 1:
+                raise ShapeError(f"{name} of a {x.ndim}-d tensor needs axis=")
+            axis = 0
+        ax = normalize_axis(axis, x.ndim)
+        if dtype is None:
+            out = _accumulate_dtype(x.dtype)
+        else:  # numpy's dtype= rules, from a stand-in
+            out = kernel(np.ones(1, x.dtype), dtype=to_dtype(dtype)).dtype
+        shape = list(x.shape)
+        shape[ax] += bool(include_initial)
+        return tuple(shape), out
+
+    op = define_op(
+        name, rule, operands=1, doc=f"``numpy.{name}`` along ``axis``, as the standard says."
+    )
+    op.register_kernel(
+        GENERIC,
+        lambda x, axis=None, dtype=None, include_initial=False: kernel(
+            x, axis=axis, dtype=dtype, include_initial=include_initial
+        ),
+    )
+    return op
+
+
+_cumulative_sum = _cumulative("cumulative_sum", np.cumulative_sum)
+_cumulative_prod = _cumulative("cumulative_prod", np.cumulative_prod)
+
+
+@_named(_cumulative_sum)
+def cumulative_sum(
+    x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
+) -> Tensor:
+    """Running sums along ``axis`` (optional for 1-d tensors only), accumulating as
+    :func:`sum` does; ``include_initial=True`` starts with the empty sum, 0.
+
+    >>> import eagerrt as ert
+    >>> ert.cumulative_sum(ert.asarray([1, 2, 3]), include_initial=True).numpy()
+    array([0, 1, 3, 6])
+    """
+    return _cumulative_sum(x, axis=axis, dtype=dtype, include_initial=include_initial)
+
+
+@_named(_cumulative_prod)
+def cumulative_prod(
+    x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
+) -> Tensor:
+    """Running products along ``axis``; ``include_initial=True`` starts with 1.
+
+    >>> import eagerrt as ert
+    >>> ert.cumulative_prod(ert.asarray([[1, 2], [3, 4]]), axis=1).numpy()
+    array([[ 1,  2],
+           [ 3, 12]])
+    """
+    return _cumulative_prod(x, axis=axis, dtype=dtype, include_initial=include_initial)
+
+
+# -- differences ------------------------------------------------------------------------
+def _diff_rule(x: Tensor, n: int = 1, axis: int = -1) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    ax = normalize_axis(axis, x.ndim)
+    shape = list(x.shape)
+    shape[ax] = builtins.max(0, shape[ax] - n)
+    return tuple(shape), x.dtype  # bools differ by `!=`, as in numpy: still bool
+
+
+_diff = define_op("diff", _diff_rule, operands=1, doc="``numpy.diff``: n-th differences.")
+_diff.register_kernel(GENERIC, lambda x, n=1, axis=-1: np.diff(x, n, axis))
+
+
+def diff(
+    x: Any,
+    /,
+    *,
+    axis: int = -1,
+    n: int = 1,
+    prepend: Any = None,
+    append: Any = None,
+) -> Tensor:
+    """The ``n``-th discrete differences along ``axis``: ``out[i] = x[i+1] - x[i]``
+    applied ``n`` times, after joining ``prepend`` and ``append`` (tensors shaped
+    like ``x`` but along ``axis``, or scalars) to the ends. Bools differ by ``!=``.
+
+    >>> import eagerrt as ert
+    >>> ert.diff(ert.asarray([1, 4, 9, 16])).numpy()
+    array([3, 5, 7])
+    >>> ert.diff(ert.asarray([1, 4, 9]), n=2, prepend=ert.asarray([0])).numpy()
+    array([2, 2])
+    """
+    from .creation import asarray
+    from .manipulation import broadcast_to, concat
+
+    x = x if type(x) is Tensor else asarray(x)
+    static = {"axis": axis, "n": n}
+    try:
+        if x.ndim == 0:
+            raise ShapeError("diff needs a tensor of at least one dimension")
+        ax = normalize_axis(axis, x.ndim)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise ArgumentError(f"n must be an int, got {type(n).__name__}")
+        if n < 0:
+            raise ArgumentError(f"n must not be negative, got {n}")
+    except UsageError as exc:
+        raise call_error(type(exc), "diff", (x,), static, str(exc)) from None
+    if n == 0:
+        return x
+    parts: list[Tensor | None] = []
+    for end in (prepend, append):
+        if end is None:
+            parts.append(None)
+            continue
+        end = end if type(end) is Tensor else asarray(end)
+        if end.ndim == 0:  # a scalar end is one slice of x's shape, as numpy does
+            end = broadcast_to(end, (*x.shape[:ax], 1, *x.shape[ax + 1 :]))
+        parts.append(end)
+    if parts[0] is not None or parts[1] is not None:
+        joined = [p for p in (parts[0], x, parts[1]) if p is not None]
+        x = concat(joined, axis=ax)
+    return _diff(x, n=int(n), axis=ax)
+
+
+# -- arg-reductions ----------------------------------------------------------------------
 def _arg_reduction(name: str, kernel: Callable[..., Any]) -> Op:
     def rule(
         x: Tensor, axis: int | None = None, out: Any = None, *, keepdims: bool = False
@@ -169,5 +502,32 @@ def _arg_reduction(name: str, kernel: Callable[..., Any]) -> Op:
     return op
 
 
-argmax = _arg_reduction("argmax", np.argmax)
-argmin = _arg_reduction("argmin", np.argmin)
+_argmax = _arg_reduction("argmax", np.argmax)
+_argmin = _arg_reduction("argmin", np.argmin)
+
+
+@_named(_argmax)
+def argmax(
+    x: Any, /, *, axis: int | None = None, keepdims: bool = False, out: None = None
+) -> Tensor:
+    """The index (int64) of the first largest element over ``axis`` (of the
+    flattened tensor for None).
+
+    >>> import eagerrt as ert
+    >>> ert.argmax(ert.asarray([[1, 5], [7, 2]]), axis=1).numpy()
+    array([1, 0])
+    """
+    return _reduce(_argmax, x, axis, keepdims, out)
+
+
+@_named(_argmin)
+def argmin(
+    x: Any, /, *, axis: int | None = None, keepdims: bool = False, out: None = None
+) -> Tensor:
+    """The index (int64) of the first smallest element over ``axis``.
+
+    >>> import eagerrt as ert
+    >>> ert.argmin(ert.asarray([3, 1, 1]), keepdims=True).numpy()
+    array([1])
+    """
+    return _reduce(_argmin, x, axis, keepdims, out)

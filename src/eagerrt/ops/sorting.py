@@ -1,0 +1,114 @@
+"""Sorting functions of the Array API standard: ``sort`` and ``argsort``.
+
+Both are stable by default, descending order included: elements that compare
+equal keep their order in ``x``. NaNs sort after every number (before them when
+descending, as IEEE 754's total order puts them). Complex numbers have no order
+in the standard and are refused.
+
+>>> import eagerrt as ert
+>>> x = ert.asarray([3, 1, 2])
+>>> ert.sort(x).numpy(), ert.argsort(x, descending=True).numpy()
+(array([1, 2, 3]), array([0, 2, 1]))
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._core.config import config
+from ..tensor import Tensor
+from ._rules import normalize_axis
+from .registry import GENERIC, define_op
+
+__all__ = ["argsort", "sort"]
+
+_INT64 = np.dtype(np.int64)
+
+
+def _check(name: str, x: Any, axis: Any, descending: Any, stable: Any) -> int:
+    if type(x) is not Tensor:
+        raise TypeError(f"{name} needs a tensor, got {type(x).__name__}")
+    if x.dtype.kind == "c":
+        raise TypeError(f"{name}: complex numbers have no order ({x.dtype})")
+    for flag, value in (("descending", descending), ("stable", stable)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name}: {flag} must be a bool, got {value!r}")
+    return normalize_axis(axis, x.ndim)
+
+
+def _sort_rule(
+    x: Any, axis: int = -1, descending: bool = False, stable: bool = True
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    _check("sort", x, axis, descending, stable)
+    return x.shape, x.dtype
+
+
+def _argsort_rule(
+    x: Any, axis: int = -1, descending: bool = False, stable: bool = True
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    _check("argsort", x, axis, descending, stable)
+    return x.shape, _INT64
+
+
+def _sort_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x: Any, **static: Any) -> float:
+    # n log n: each element is compared about log2(length of its axis) times.
+    n = math.prod(shape)
+    length = shape[static.get("axis", -1)] if shape else 1
+    return config.op_overhead_ns + n * math.log2(length + 1) * config.ns_per_element
+
+
+def _argsort_kernel(
+    x: Any, axis: int = -1, descending: bool = False, stable: bool = True
+) -> np.ndarray:
+    if not descending:
+        return np.asarray(np.argsort(x, axis=axis, kind="stable" if stable else None), dtype=_INT64)
+    # Descending and still stable: sort the reversed data ascending (stably), then
+    # reverse the order back. Equal elements end up in their original order, and
+    # NaNs, last ascending, come first.
+    n = np.shape(x)[axis]
+    order = np.argsort(np.flip(x, axis), axis=axis, kind="stable")
+    return np.asarray(n - 1 - np.flip(order, axis), dtype=_INT64)
+
+
+def _sort_kernel(
+    x: Any, axis: int = -1, descending: bool = False, stable: bool = True
+) -> np.ndarray:
+    if not descending:
+        return np.sort(x, axis=axis, kind="stable" if stable else None)
+    # Gather by the stable order: keeps -0.0 and 0.0 (equal) in their original order.
+    return np.take_along_axis(x, _argsort_kernel(x, axis, descending=True), axis=axis)
+
+
+_sort = define_op("sort", _sort_rule, cost=_sort_cost, operands=1, doc="Sorted copy along axis.")
+_sort.register_kernel(GENERIC, _sort_kernel)
+_argsort = define_op(
+    "argsort", _argsort_rule, cost=_sort_cost, operands=1, doc="Indices that sort along axis."
+)
+_argsort.register_kernel(GENERIC, _argsort_kernel)
+
+
+def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    """``x`` sorted along ``axis`` (ascending unless ``descending``).
+
+    ``stable=True`` (the default) keeps equal elements in their original order in
+    both directions; ``stable=False`` lets numpy pick a faster unstable sort.
+
+    >>> import eagerrt as ert
+    >>> ert.sort(ert.asarray([[3.0, float("nan"), 1.0]]), descending=True).numpy()
+    array([[nan,  3.,  1.]])
+    """
+    return _sort(x, axis=axis, descending=descending, stable=stable)
+
+
+def argsort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    """The int64 indices that sort ``x`` along ``axis``; with ``stable=True`` (the
+    default) ties keep their original order, descending too.
+
+    >>> import eagerrt as ert
+    >>> ert.argsort(ert.asarray([2, 1, 2, 1]), descending=True).numpy()
+    array([0, 2, 1, 3])
+    """
+    return _argsort(x, axis=axis, descending=descending, stable=stable)
