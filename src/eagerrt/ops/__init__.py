@@ -19,6 +19,9 @@ from . import (
     random,
     reduction,
     registry,
+    searching,
+    sets,
+    sorting,
     tensor_methods,  # noqa: F401 - installs Tensor's operators and methods
 )
 from .creation import *  # noqa: F403
@@ -29,6 +32,9 @@ from .manipulation import *  # noqa: F403
 from .nn import *  # noqa: F403
 from .reduction import *  # noqa: F403
 from .registry import GENERIC, Op, define_op, elementwise_cost, get_op, registered_ops
+from .searching import *  # noqa: F403
+from .sets import *  # noqa: F403
+from .sorting import *  # noqa: F403
 
 registry.seal_builtin_ops()
 
@@ -50,3 +56,6 @@ __all__ += linalg_extension.__all__
 __all__ += manipulation.__all__
 __all__ += nn.__all__
 __all__ += reduction.__all__
+__all__ += searching.__all__
+__all__ += sets.__all__
+__all__ += sorting.__all__
