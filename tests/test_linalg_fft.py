@@ -164,7 +164,7 @@ def test_one_by_one_and_empty_matrices() -> None:
     check(ert.linalg.inv(empty), np.linalg.inv(empty))
     check(ert.linalg.matrix_rank(np.zeros((2, 0, 3))), np.zeros(2, dtype=np.intp))
     check(ert.linalg.pinv(np.zeros((2, 0, 3))), np.linalg.pinv(np.zeros((2, 0, 3))))
-    for order in ("fro", "nuc", 1, 2, np.inf):
+    for order in ("fro", "nuc", 1, 2, np.inf, None):
         check(ert.linalg.matrix_norm(np.zeros((3, 0)), ord=order), np.array(0.0))
     check(ert.linalg.vector_norm(np.zeros((2, 0)), axis=1, ord=np.inf), np.zeros(2))
 
@@ -185,6 +185,7 @@ def test_namedtuples_have_the_standards_fields() -> None:
     assert ert.linalg.svd(x)._fields == ("U", "S", "Vh")
     for result in (ert.linalg.eigh(x), ert.linalg.svd(x)):
         assert all(isinstance(t, ert.Tensor) for t in result)
+        assert all(t.numpy().flags.c_contiguous for t in result)  # copies, not record views
     assert ert.linalg.EighResult is type(ert.linalg.eigh(x))
 
 

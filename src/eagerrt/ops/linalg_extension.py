@@ -161,11 +161,13 @@ def _field_rule(packed: Tensor, name: str) -> Meta:
 
 
 def _field_kernel(packed: Any, name: str) -> Any:
-    return np.asarray(packed[name])
+    # A contiguous copy (O(n^2) after an O(n^3) decomposition), not a strided
+    # view that would keep every other field's memory alive with this one.
+    return np.asarray(packed[name]).copy()  # C order; 0-d stays 0-d
 
 
 _field = _linalg_op(
-    "field", _field_rule, _field_kernel, _view_cost, doc="One result of a packed decomposition."
+    "field", _field_rule, _field_kernel, _copy_cost, doc="One result of a packed decomposition."
 )
 
 
@@ -696,7 +698,7 @@ _MATRIX_ORDS = ("fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)
 
 def _matrix_norm_rule(x: Any, keepdims: bool = False, ord: Any = "fro") -> Meta:
     x = _matrices("matrix_norm", x)
-    if isinstance(ord, bool) or ord not in _MATRIX_ORDS:
+    if isinstance(ord, bool) or (ord is not None and ord not in _MATRIX_ORDS):
         raise ArgumentError(f"ord must be one of {_MATRIX_ORDS}, got {ord!r}")
     shape = (*x.shape[:-2], 1, 1) if keepdims else x.shape[:-2]
     return shape, _real(_float_dtype(x.dtype))
@@ -704,6 +706,7 @@ def _matrix_norm_rule(x: Any, keepdims: bool = False, ord: Any = "fro") -> Meta:
 
 def _matrix_norm_kernel(x: Any, keepdims: bool = False, ord: Any = "fro") -> Any:
     x = _as_float(x)
+    ord = "fro" if ord is None else ord
     if x.size == 0 and ord not in ("fro", "nuc"):
         # numpy's max/min over an empty matrix fails; its norm is 0.
         shape = (*x.shape[:-2], 1, 1) if keepdims else x.shape[:-2]
