@@ -303,16 +303,12 @@ def test_singular_matrices_fail_on_read(clean_errors: None) -> None:
 
 def test_failed_decomposition_fails_every_field_on_a_worker(clean_errors: None) -> None:
     with ert.config.override(inline_threshold_ns=0):  # every op on a worker thread
-        bad = ert.linalg.eigh(ert.full((2, 2), float("nan")) * ert.ones((2, 2)))
+        bad = ert.linalg.svd(ert.full((2, 2), float("nan")))  # LAPACK: did not converge
         good = ert.linalg.svd(ert.eye(3), full_matrices=False)
-    # numpy's eigh of NaNs either fails or gives NaNs; either way both fields agree.
-    try:
-        values = bad.eigenvalues.numpy()
-    except ert.KernelError:
-        with pytest.raises(ert.KernelError):
-            bad.eigenvectors.numpy()
-    else:
-        assert bad.eigenvectors.numpy().shape == (2, 2) and values.shape == (2,)
+    assert (bad.U.shape, bad.S.shape, bad.Vh.shape) == ((2, 2), (2,), (2, 2))
+    for field in bad:
+        with pytest.raises(ert.KernelError, match=r"linalg\.svd"):
+            field.numpy()
     np.testing.assert_allclose(good.S.numpy(), np.ones(3))
 
 
@@ -483,6 +479,8 @@ def test_frequencies_and_shifts_match_numpy(n: int) -> None:
 
 def test_big_transforms_and_decompositions_run_on_workers() -> None:
     """Their cost puts them off the calling thread; the data is the same."""
+    if ert.config.sync_active:
+        pytest.skip("sync mode runs every op at its call")
     x = random((256, 256), "float64")
     before = ert.stats()
     result = ert.fft.fftn(x)
