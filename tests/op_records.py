@@ -1240,6 +1240,401 @@ for _log in (False, True):
         )
 
 
+# -- Array API 2024.12: creation from tensors, manipulation, statistics, search, sort, sets --
+def _rand_ties(rng: np.random.Generator, shape: Shape, dtype: np.dtype[Any]) -> np.ndarray:
+    """Few distinct values, so sorts meet ties (and stability shows)."""
+    return _finish(rng.integers(0, 3, shape), dtype)
+
+
+def _rand_sorted(rng: np.random.Generator, shape: Shape, dtype: np.dtype[Any]) -> np.ndarray:
+    """Ascending values along the last axis (searchsorted's x1)."""
+    return np.sort(_rand_ties(rng, shape, dtype), axis=-1)
+
+
+def _rand_counts(rng: np.random.Generator, shape: Shape, dtype: np.dtype[Any]) -> np.ndarray:
+    """Repeat counts: small non-negative ints."""
+    return _finish(rng.integers(0, 3, shape), dtype)
+
+
+def _stable_descending(x: np.ndarray, axis: int) -> np.ndarray:
+    """Indices sorting ``x`` descending along ``axis``, ties in their original order
+    (Python's sort with reverse=True keeps stability)."""
+    moved = np.moveaxis(x, axis, -1)
+    out = np.empty(moved.shape, np.int64)
+    for index in np.ndindex(moved.shape[:-1]):
+        row = moved[index].tolist()
+        out[index] = sorted(range(len(row)), key=row.__getitem__, reverse=True)
+    return np.moveaxis(out, -1, axis)
+
+
+def _unique_ref(x: np.ndarray) -> list[np.ndarray]:
+    """values, first indices, inverse (x's shape), counts: NaNs distinct."""
+    values, first, inverse, counts = np.unique(
+        x.reshape(-1), return_index=True, return_inverse=True, return_counts=True, equal_nan=False
+    )
+    return [values, first, inverse.reshape(x.shape), counts]
+
+
+def _as_int64(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(a, dtype=np.int64) for a in arrays]
+
+
+_ND1 = (((0,),), ((5,),), ((2, 3),), ((2, 0, 3),), ((3, 1, 4),))
+_ND2 = (((2, 3),), ((3, 3),), ((0, 3),), ((2, 3, 4),))
+_CUMULATIVE: tuple[tuple[str, dict[str, Any], tuple[tuple[Shape], ...]], ...] = (
+    ("axis=None", {}, (((0,),), ((5,),))),
+    ("axis=0", {"axis": 0}, _ND1),
+    ("axis=-1, include_initial", {"axis": -1, "include_initial": True}, _ND1),
+    ("axis=1, dtype=float64", {"axis": 1, "dtype": FLOAT64}, (((2, 3),), ((3, 0),))),
+)
+RECORDS += [
+    _rec(
+        f"{_name}(k={_k})",
+        1,
+        lambda x, n=_name, k=_k: getattr(ert, n)(x, k=k),
+        lambda x, n=_name, k=_k: getattr(np, n)(x, k),
+        ALL,
+        _ND2,
+    )
+    for _name in ("tril", "triu")
+    for _k in (0, 1, -1)
+]
+for _indexing in ("xy", "ij"):
+    RECORDS.append(
+        _rec(
+            f"meshgrid(indexing={_indexing})",
+            2,
+            lambda a, b, i=_indexing: ert.meshgrid(a, b, indexing=i),
+            lambda a, b, i=_indexing: np.meshgrid(a, b, indexing=i),
+            ALL,
+            (((3,), (2,)), ((0,), (4,)), ((1,), (1,)), ((4,), (3,))),
+        )
+    )
+RECORDS += [
+    _rec(
+        "meshgrid(3 inputs)",
+        3,
+        lambda a, b, c: ert.meshgrid(a, b, c),
+        lambda a, b, c: np.meshgrid(a, b, c),
+        ALL,
+        (((2,), (3,), (4,)),),
+    ),
+    _rec(
+        "broadcast_arrays",
+        2,
+        lambda a, b: ert.broadcast_arrays(a, b),
+        lambda a, b: list(np.broadcast_arrays(a, b)),
+        ALL,
+        BINARY_SHAPES,
+    ),
+    _rec(
+        "broadcast_arrays(3)",
+        3,
+        lambda a, b, c: ert.broadcast_arrays(a, b, c),
+        lambda a, b, c: list(np.broadcast_arrays(a, b, c)),
+        ALL,
+        TERNARY_SHAPES,
+    ),
+]
+for _axis, _shapes in (
+    (None, _ANY_SHAPES),
+    (0, _ANY_SHAPES[1:]),
+    (-1, _ANY_SHAPES[1:]),
+    ((0, -1), (((2, 3),), ((2, 0, 3),), ((3, 1, 4),))),
+):
+    RECORDS.append(
+        _rec(
+            f"flip(axis={_axis})",
+            1,
+            lambda x, a=_axis: ert.flip(x, axis=a),
+            lambda x, a=_axis: np.flip(x, a),
+            ALL,
+            _shapes,
+        )
+    )
+for _src, _dst in ((0, -1), ((0, 1), (-1, 0)), (-1, 0)):
+    RECORDS.append(
+        _rec(
+            f"moveaxis({_src}, {_dst})",
+            1,
+            lambda x, s=_src, d=_dst: ert.moveaxis(x, s, d),
+            lambda x, s=_src, d=_dst: np.moveaxis(x, s, d),
+            ALL,
+            (((2, 3),), ((2, 0, 3),), ((3, 1, 4),)),
+        )
+    )
+for _count, _axis, _shapes in (
+    (2, None, _ANY_SHAPES),
+    (0, None, (((5,),), ((2, 3),))),
+    (3, 0, _ANY_SHAPES[1:]),
+    (2, -1, _ANY_SHAPES[1:]),
+):
+    RECORDS.append(
+        _rec(
+            f"repeat({_count}, axis={_axis})",
+            1,
+            lambda x, r=_count, a=_axis: ert.repeat(x, r, axis=a),
+            lambda x, r=_count, a=_axis: np.repeat(x, r, axis=a),
+            ALL,
+            _shapes,
+        )
+    )
+for _axis, _shapes in (
+    (None, (((5,), (5,)), ((2, 3), (6,)), ((0,), (0,)), ((2, 3), (1,)))),
+    (1, (((2, 3), (3,)), ((3, 1, 4), (1,)), ((2, 0, 3), (0,)))),
+    (-1, (((2, 3), (1,)), ((3, 1, 4), (4,)))),
+):
+    RECORDS.append(
+        _rec(
+            f"repeat(tensor, axis={_axis})",
+            2,
+            lambda x, r, a=_axis: ert.repeat(x, r, axis=a),
+            lambda x, r, a=_axis: np.repeat(x, r, axis=a),
+            ALL,
+            _shapes,
+            gens=(rand_default, _rand_counts),
+            arg_dtypes=lambda d: (d, INT64),
+        )
+    )
+for _shift, _axis, _shapes in (
+    (2, None, _ANY_SHAPES),
+    (-1, 0, _ANY_SHAPES[1:]),
+    (7, -1, _ANY_SHAPES[1:]),
+    ((1, -2), (0, 1), (((2, 3),), ((3, 1, 4),), ((2, 0, 3),))),
+):
+    RECORDS.append(
+        _rec(
+            f"roll({_shift}, axis={_axis})",
+            1,
+            lambda x, s=_shift, a=_axis: ert.roll(x, s, axis=a),
+            lambda x, s=_shift, a=_axis: np.roll(x, s, axis=a),
+            ALL,
+            _shapes,
+        )
+    )
+for _reps in ((2,), (2, 1), (1, 2, 2), (0,), ()):
+    RECORDS.append(
+        _rec(
+            f"tile({_reps})",
+            1,
+            lambda x, r=_reps: ert.tile(x, r),
+            lambda x, r=_reps: np.tile(x, r),
+            ALL,
+            _ANY_SHAPES,
+        )
+    )
+for _axis in (0, -1, 1):
+    RECORDS.append(
+        _rec(
+            f"unstack(axis={_axis})",
+            1,
+            lambda x, a=_axis: list(ert.unstack(x, axis=a)),
+            lambda x, a=_axis: list(np.unstack(x, axis=a)),
+            ALL,
+            _ND2 if _axis == 1 else _ND1,
+        )
+    )
+for _name in ("cumulative_sum", "cumulative_prod"):
+    for _label, _params, _shapes in _CUMULATIVE:
+        RECORDS.append(
+            _rec(
+                f"{_name}({_label})",
+                1,
+                lambda x, n=_name, p=_params: getattr(ert, n)(x, **p),
+                lambda x, n=_name, p=_params: getattr(np, n)(x, **p),
+                ALL_REAL if "dtype" in _params else ALL,  # complex -> float64 warns
+                _shapes,
+                gens=rand_small,
+                tol=16,
+            )
+        )
+for _name in ("all", "any"):
+    for _axis, _keep, _kind in _AXES:
+        RECORDS.append(
+            _rec(
+                f"{_name}(axis={_axis}, keepdims={_keep})",
+                1,
+                lambda x, n=_name, a=_axis, k=_keep: getattr(ert, n)(x, axis=a, keepdims=k),
+                lambda x, n=_name, a=_axis, k=_keep: getattr(np, n)(x, axis=a, keepdims=k),
+                ALL,
+                [(s,) for s in _RED_SHAPES[_kind]],
+                gens=_rand_ties,
+            )
+        )
+for _n, _axis, _shapes in (
+    (1, -1, _ND1),
+    (2, 0, _ND1),
+    (0, -1, _ND1),
+    (5, -1, (((3,),), ((2, 3),))),
+):
+    RECORDS.append(
+        _rec(
+            f"diff(n={_n}, axis={_axis})",
+            1,
+            lambda x, n=_n, a=_axis: ert.diff(x, n=n, axis=a),
+            lambda x, n=_n, a=_axis: np.diff(x, n=n, axis=a),
+            ALL,
+            _shapes,
+            gens=rand_small,
+        )
+    )
+RECORDS += [
+    _rec(
+        "diff(prepend=, append=)",
+        3,
+        lambda x, p, a: ert.diff(x, prepend=p, append=a),
+        lambda x, p, a: np.diff(x, prepend=p, append=a),
+        ALL,
+        (((2, 3), (2, 1), (2, 2)), ((4,), (1,), (0,)), ((2, 3), (), ())),
+        gens=rand_small,
+    ),
+    _rec(
+        "diff(prepend=, axis=0)",
+        2,
+        lambda x, p: ert.diff(x, axis=0, prepend=p),
+        lambda x, p: np.diff(x, axis=0, prepend=p),
+        ALL,
+        (((2, 3), (1, 3)), ((0, 2), (2, 2))),
+        gens=rand_small,
+    ),
+]
+for _axis, _keep, _kind in _AXES:
+    RECORDS.append(
+        _rec(
+            f"count_nonzero(axis={_axis}, keepdims={_keep})",
+            1,
+            lambda x, a=_axis, k=_keep: ert.count_nonzero(x, axis=a, keepdims=k),
+            lambda x, a=_axis, k=_keep: np.asarray(
+                np.count_nonzero(x, axis=a, keepdims=k), dtype=np.int64
+            ),
+            ALL,
+            [(s,) for s in _RED_SHAPES[_kind]],
+            gens=_rand_ties,
+        )
+    )
+RECORDS += [
+    _rec(
+        "nonzero",
+        1,
+        lambda x: list(ert.nonzero(x)),
+        lambda x: _as_int64(np.nonzero(x)),
+        ALL,
+        _ND1,
+        gens=_rand_ties,
+    ),
+    _rec(
+        "unique_all",
+        1,
+        lambda x: list(ert.unique_all(x)),
+        lambda x: [_unique_ref(x)[0], *_as_int64(_unique_ref(x)[1:])],
+        ALL,
+        UNARY_SHAPES,
+        gens=_rand_ties,
+    ),
+    _rec(
+        "unique_counts",
+        1,
+        lambda x: list(ert.unique_counts(x)),
+        lambda x: [_unique_ref(x)[0], *_as_int64(_unique_ref(x)[3:])],
+        ALL,
+        UNARY_SHAPES,
+        gens=_rand_ties,
+    ),
+    _rec(
+        "unique_inverse",
+        1,
+        lambda x: list(ert.unique_inverse(x)),
+        lambda x: [_unique_ref(x)[0], *_as_int64(_unique_ref(x)[2:3])],
+        ALL,
+        UNARY_SHAPES,
+        gens=_rand_ties,
+    ),
+    _rec(
+        "unique_values",
+        1,
+        ert.unique_values,
+        lambda x: _unique_ref(x)[0],
+        ALL,
+        UNARY_SHAPES,
+        gens=_rand_ties,
+    ),
+]
+for _side in ("left", "right"):
+    RECORDS += [
+        _rec(
+            f"searchsorted(side={_side})",
+            2,
+            lambda x1, x2, s=_side: ert.searchsorted(x1, x2, side=s),
+            lambda x1, x2, s=_side: np.searchsorted(x1, x2, side=s).astype(np.int64),
+            ALL_REAL,
+            (((5,), (3,)), ((0,), (2,)), ((4,), (2, 3)), ((3,), ()), ((6,), (0,))),
+            gens=(_rand_sorted, _rand_ties),
+        ),
+        _rec(
+            f"searchsorted(scalar, side={_side})",
+            1,
+            lambda x1, s=_side: ert.searchsorted(x1, 1, side=s),
+            lambda x1, s=_side: np.asarray(np.searchsorted(x1, 1, side=s), dtype=np.int64),
+            ALL_REAL,
+            (((5,),), ((0,),)),
+            gens=_rand_sorted,
+        ),
+        _rec(
+            f"searchsorted(sorter=, side={_side})",
+            2,
+            lambda x1, x2, s=_side: ert.searchsorted(x1, x2, side=s, sorter=ert.argsort(x1)),
+            lambda x1, x2, s=_side: np.searchsorted(
+                x1, x2, side=s, sorter=np.argsort(x1, kind="stable")
+            ).astype(np.int64),
+            ALL_REAL,
+            (((5,), (3,)), ((0,), (2,))),
+            gens=_rand_ties,
+        ),
+    ]
+for _axis, _shapes in ((-1, _ND1), (0, _ND1)):
+    for _stable in (True, False):
+        RECORDS.append(
+            _rec(
+                f"sort(axis={_axis}, stable={_stable})",
+                1,
+                lambda x, a=_axis, s=_stable: ert.sort(x, axis=a, stable=s),
+                lambda x, a=_axis: np.sort(x, axis=a),
+                ALL_REAL,
+                _shapes,
+                gens=_rand_ties,
+            )
+        )
+    RECORDS += [
+        _rec(
+            f"sort(axis={_axis}, descending=True)",
+            1,
+            lambda x, a=_axis: ert.sort(x, axis=a, descending=True),
+            lambda x, a=_axis: np.flip(np.sort(x, axis=a), axis=a),
+            ALL_REAL,
+            _shapes,
+            gens=_rand_ties,
+        ),
+        _rec(
+            f"argsort(axis={_axis})",
+            1,
+            lambda x, a=_axis: ert.argsort(x, axis=a),
+            lambda x, a=_axis: np.argsort(x, axis=a, kind="stable").astype(np.int64),
+            ALL_REAL,
+            _shapes,
+            gens=_rand_ties,
+        ),
+        _rec(
+            f"argsort(axis={_axis}, descending=True)",
+            1,
+            lambda x, a=_axis: ert.argsort(x, axis=a, descending=True),
+            lambda x, a=_axis: _stable_descending(x, a),
+            ALL_REAL,
+            _shapes,
+            gens=_rand_ties,
+        ),
+    ]
+
+
 # -- creation ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CreationCase:

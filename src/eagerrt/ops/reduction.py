@@ -360,10 +360,7 @@ def _cumulative(name: str, kernel: Callable[..., Any]) -> Op:
                 raise ShapeError(f"{name} of a {x.ndim}-d tensor needs axis=")
             axis = 0
         ax = normalize_axis(axis, x.ndim)
-        if dtype is None:
-            out = _accumulate_dtype(x.dtype)
-        else:  # numpy's dtype= rules, from a stand-in
-            out = kernel(np.ones(1, x.dtype), dtype=to_dtype(dtype)).dtype
+        out = _accumulate_dtype(x.dtype) if dtype is None else to_dtype(dtype)
         shape = list(x.shape)
         shape[ax] += bool(include_initial)
         return tuple(shape), out

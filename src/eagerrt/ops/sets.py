@@ -23,10 +23,9 @@ import numpy as np
 from ..tensor import Tensor
 from .creation import asarray
 
+# The result types stay out of the namespace (the standard names none); they are
+# importable from here.
 __all__ = [
-    "UniqueAllResult",
-    "UniqueCountsResult",
-    "UniqueInverseResult",
     "unique_all",
     "unique_counts",
     "unique_inverse",
