@@ -295,7 +295,7 @@ def flip(x: Any, /, *, axis: int | Sequence[int] | None = None) -> Tensor:
     array([[2, 1, 0],
            [5, 4, 3]])
     """
-    return _flip(x, axis=None if axis is None else tuple(_ints(axis, "axis")))
+    return _flip(x, axis=axis)
 
 
 def _roll_rule(x: Any, shift: Any, axis: Any = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
