@@ -83,8 +83,11 @@ matmul = define_op(
 matmul.register_kernel(GENERIC, np.matmul)
 # matmul stays an op rather than a function in front of one: Tensor's ``@`` binds
 # to its fast path. ``inspect.signature`` reports the standard's (x1, x2, /).
-matmul.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY) for name in ("x1", "x2")]
+_POSITIONAL = inspect.Parameter.POSITIONAL_ONLY
+setattr(  # noqa: B010 - whether Op declares __signature__ or not, for mypy
+    matmul,
+    "__signature__",
+    inspect.Signature([inspect.Parameter(n, _POSITIONAL) for n in ("x1", "x2")]),
 )
 
 
