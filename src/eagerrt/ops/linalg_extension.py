@@ -108,18 +108,29 @@ def _as_float(x: Any) -> Any:
     return np.asarray(x, dtype=_float_dtype(x.dtype))
 
 
+# Measured against numpy.linalg at n = 8..128 on the reference machine: its
+# Python wrapper costs about ten op overheads a call and a little per matrix of
+# a batch, and LAPACK's factorizations reach about 1/12 of matmul's flop rate
+# (config.ns_per_flop is matmul's), so an inverse goes to a worker from n ~ 50.
+_LAPACK_SLOWDOWN = 12.0
+
+
+def _linalg_cost(batch: int, flops_per_matrix: float) -> float:
+    per_matrix = (
+        2.5 * config.op_overhead_ns + flops_per_matrix * _LAPACK_SLOWDOWN * config.ns_per_flop
+    )
+    return 10 * config.op_overhead_ns + batch * per_matrix
+
+
 def _cubic_cost(factor: float) -> Callable[..., float]:
-    """``factor`` flops per m*n*min(m, n) per matrix, plus a per-matrix overhead
-    (numpy.linalg's batch loop, and LAPACK's setup for small matrices)."""
+    """``factor`` flops per m*n*min(m, n) of each matrix (4x that for complex)."""
 
     def cost(
         shape: tuple[int, ...], dtype: np.dtype[Any], /, x: Tensor, *_: Any, **__: Any
     ) -> float:
         m, n = x.shape[-2:]
-        batch = math.prod(x.shape[:-2])
         flops = factor * m * n * min(m, n) * (4 if x.dtype.kind == "c" else 1)
-        per_matrix = 50.0 + flops * config.ns_per_flop * 4  # LAPACK: ~4x slower than GEMM
-        return config.op_overhead_ns + batch * per_matrix
+        return _linalg_cost(math.prod(x.shape[:-2]), flops)
 
     return cost
 
@@ -405,7 +416,7 @@ _qr = _linalg_op(
     lambda x, mode="reduced": _pack(
         x.shape[:-2], _qr_fields(x, mode), *np.linalg.qr(_as_float(x), mode=mode)
     ),
-    _cubic_cost(4),
+    _cubic_cost(8),
     doc="QR decomposition.",
 )
 
@@ -519,8 +530,7 @@ def _solve_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x1: Tensor, x2:
     m = x1.shape[-1]
     columns = 1 if x2.ndim == 1 else x2.shape[-1]
     batch = math.prod(shape[:-2] if x2.ndim > 1 else shape[:-1])
-    per_matrix = 50.0 + (2 / 3 * m**3 + 2 * m * m * columns) * 4 * config.ns_per_flop
-    return config.op_overhead_ns + batch * per_matrix
+    return _linalg_cost(batch, 2 / 3 * m**3 + 2 * m * m * columns)
 
 
 _solve = _linalg_op(
