@@ -38,7 +38,7 @@ from .._core.errors import ArgumentError
 from ..tensor import Tensor
 from ._rules import as_float, normalize_axis, ufunc_dtype
 from .elementwise import scaled_cost
-from .registry import GENERIC, Op, define_op
+from .registry import GENERIC, Op, call_error, define_op
 
 __all__ = [
     "adaptive_avg_pool2d",
@@ -765,9 +765,13 @@ def batch_norm(
     """
     if training:
         # Training updates the running statistics in place, which an op can't do.
-        raise ArgumentError(
-            "batch_norm supports inference only (training=False): normalize with "
-            "batch statistics by hand (mean / var over the batch) for training"
+        raise call_error(
+            ArgumentError,
+            "batch_norm",
+            (input, running_mean, running_var),
+            {"training": training},
+            "supports inference only (training=False): for training, normalize with "
+            "the batch's own statistics (mean / var over the batch) by hand",
         )
     return _batch_norm(
         input, running_mean, running_var, *_present(weight, bias),
@@ -1330,9 +1334,12 @@ def scaled_dot_product_attention(
     ((2, 4, 3, 8), array([0., 4., 8.]))
     """
     if dropout_p != 0:
-        raise ArgumentError(
-            f"dropout_p={dropout_p!r}: scaled_dot_product_attention runs inference only "
-            "(dropout_p must be 0)"
+        raise call_error(
+            ArgumentError,
+            "scaled_dot_product_attention",
+            (query, key, value),
+            {"dropout_p": dropout_p},
+            "runs inference only: dropout_p must be 0",
         )
     return _sdpa(
         query, key, value, *_present(attn_mask),

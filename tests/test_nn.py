@@ -1,0 +1,856 @@
+"""The NN ops against plain numpy references written here (naive loops, small
+shapes), against ``torch.nn.functional`` when torch is installed, and their
+call-time errors and run-time failures."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+import eagerrt as ert
+
+RNG = np.random.default_rng(1234)
+
+
+def rand(*shape: int, dtype: Any = np.float32) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def close(got: Any, want: Any, dtype: Any = np.float32, scale: float = 1.0) -> None:
+    got = got.numpy() if isinstance(got, ert.Tensor) else np.asarray(got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    tol = (2e-5 if np.dtype(dtype) == np.float32 else 1e-12) * scale
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def torch_f() -> Any:
+    torch = pytest.importorskip("torch")
+    return torch, torch.nn.functional
+
+
+# -- references ---------------------------------------------------------------------------
+def ref_conv2d(x, w, b, stride, pads, dilation, groups):  # type: ignore[no-untyped-def]
+    """Tap by tap: each (i, j) of the kernel multiplies a strided slice of the
+    padded input (a different algorithm from the kernel's im2col)."""
+    (sh, sw), (dh, dw) = stride, dilation
+    top, bottom, left, right = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    n, _, h, wd = xp.shape
+    o, cg, kh, kw = w.shape
+    ho = (h - dh * (kh - 1) - 1) // sh + 1
+    wo = (wd - dw * (kw - 1) - 1) // sw + 1
+    og = o // groups
+    out = np.zeros((n, o, ho, wo))
+    for g, i, j in itertools.product(range(groups), range(kh), range(kw)):
+        patch = xp[
+            :,
+            g * cg : (g + 1) * cg,
+            i * dh : i * dh + sh * (ho - 1) + 1 : sh,
+            j * dw : j * dw + sw * (wo - 1) + 1 : sw,
+        ]
+        out[:, g * og : (g + 1) * og] += np.einsum(
+            "ncyx,oc->noyx", patch, w[g * og : (g + 1) * og, :, i, j]
+        )
+    if b is not None:
+        out += b[:, None, None]
+    return out
+
+
+def ref_conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation):  # type: ignore[no-untyped-def]
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = stride, padding, output_padding, dilation
+    n, cin, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    cg = cin // groups
+    full_h = (h - 1) * sh + dh * (kh - 1) + oph + 1
+    full_w = (wd - 1) * sw + dw * (kw - 1) + opw + 1
+    full = np.zeros((n, og * groups, full_h, full_w))
+    for g, i, j in itertools.product(range(groups), range(kh), range(kw)):
+        contrib = np.einsum(
+            "ncyx,co->noyx", x[:, g * cg : (g + 1) * cg], w[g * cg : (g + 1) * cg, :, i, j]
+        )
+        full[
+            :,
+            g * og : (g + 1) * og,
+            i * dh : i * dh + sh * (h - 1) + 1 : sh,
+            j * dw : j * dw + sw * (wd - 1) + 1 : sw,
+        ] += contrib
+    out = full[:, :, ph : full_h - ph, pw : full_w - pw]
+    if b is not None:
+        out = out + b[:, None, None]
+    return out
+
+
+def pool_out(size: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
+    eff = d * (k - 1) + 1
+    out = (math.ceil if ceil else math.floor)((size + 2 * p - eff) / s) + 1
+    if ceil and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def ref_max_pool2d(x, k, s, p, d, ceil):  # type: ignore[no-untyped-def]
+    n, c, h, w = x.shape
+    ho, wo = pool_out(h, k, s, p, d, ceil), pool_out(w, k, s, p, d, ceil)
+    out = np.empty((n, c, ho, wo), x.dtype)
+    for y, z in itertools.product(range(ho), range(wo)):
+        rows = [y * s - p + i * d for i in range(k) if 0 <= y * s - p + i * d < h]
+        cols = [z * s - p + j * d for j in range(k) if 0 <= z * s - p + j * d < w]
+        out[:, :, y, z] = x[:, :, rows][:, :, :, cols].max(axis=(2, 3))
+    return out
+
+
+def ref_avg_pool2d(x, k, s, p, ceil, include_pad, divisor):  # type: ignore[no-untyped-def]
+    n, c, h, w = x.shape
+    ho, wo = pool_out(h, k, s, p, 1, ceil), pool_out(w, k, s, p, 1, ceil)
+    out = np.empty((n, c, ho, wo))
+    for y, z in itertools.product(range(ho), range(wo)):
+        y0, x0 = y * s - p, z * s - p
+        y1, x1 = min(y0 + k, h + p), min(x0 + k, w + p)
+        window = x[:, :, max(y0, 0) : min(y1, h), max(x0, 0) : min(x1, w)].astype(np.float64)
+        if divisor:
+            count = divisor
+        elif include_pad:
+            count = (y1 - y0) * (x1 - x0)
+        else:
+            count = window.shape[2] * window.shape[3]
+        out[:, :, y, z] = window.sum(axis=(2, 3)) / count
+    return out
+
+
+def ref_adaptive_avg(x, oh, ow):  # type: ignore[no-untyped-def]
+    n, c, h, w = x.shape
+    out = np.empty((n, c, oh, ow))
+    for y, z in itertools.product(range(oh), range(ow)):
+        y0, y1 = math.floor(y * h / oh), math.ceil((y + 1) * h / oh)
+        x0, x1 = math.floor(z * w / ow), math.ceil((z + 1) * w / ow)
+        out[:, :, y, z] = x[:, :, y0:y1, x0:x1].astype(np.float64).mean(axis=(2, 3))
+    return out
+
+
+def ref_softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def ref_attention(q, k, v, mask=None, causal=False, scale=None):  # type: ignore[no-untyped-def]
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    L, S = s.shape[-2:]
+    if causal:
+        mask = np.tril(np.ones((L, S), bool))
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask
+    with np.errstate(invalid="ignore"):
+        p = ref_softmax(s)
+    p = np.nan_to_num(p, nan=0.0)  # rows with nothing to attend to: zeros, as PyTorch
+    return p @ v
+
+
+def ref_pad(x, pads, mode, value=0.0):  # type: ignore[no-untyped-def]
+    """Index arithmetic per axis: where each output position reads from."""
+    out = x
+    for i in range(len(pads) // 2):
+        axis = x.ndim - 1 - i
+        before, after = pads[2 * i], pads[2 * i + 1]
+        size = out.shape[axis]
+        pos = np.arange(-before, size + after)
+        if mode == "reflect":
+            period = 2 * (size - 1)
+            src = np.abs(pos) % period if period else np.zeros_like(pos)
+            src = np.where(src >= size, period - src, src)
+        elif mode == "replicate":
+            src = np.clip(pos, 0, size - 1)
+        elif mode == "circular":
+            src = pos % size
+        else:
+            src = np.clip(pos, 0, max(size - 1, 0))
+        taken = np.take(out, src, axis=axis)
+        if mode == "constant":
+            outside = (pos < 0) | (pos >= size)
+            shape = [1] * out.ndim
+            shape[axis] = len(pos)
+            taken = np.where(outside.reshape(shape), value, taken)
+        out = taken
+    return out
+
+
+def ref_interpolate(x, oh, ow, mode, align, scales):  # type: ignore[no-untyped-def]
+    n, c, h, w = x.shape
+
+    def nearest(o: int, size: int, n_out: int, sc: float | None) -> int:
+        f = np.float32(size / n_out if sc is None else 1 / sc)
+        pos = np.float32(o) + (np.float32(0.5) if mode == "nearest-exact" else 0)
+        return min(int(np.floor(pos * f)), size - 1)
+
+    def linear(o: int, size: int, n_out: int, sc: float | None) -> tuple[int, int, float]:
+        if align:
+            src = o * (size - 1) / (n_out - 1) if n_out > 1 else 0.0
+        else:
+            f = size / n_out if sc is None else 1 / sc
+            src = max((o + 0.5) * f - 0.5, 0.0)
+        i0 = min(math.floor(src), size - 1)
+        return i0, min(i0 + 1, size - 1), src - i0
+
+    out = np.empty((n, c, oh, ow))
+    for y, z in itertools.product(range(oh), range(ow)):
+        if mode == "bilinear":
+            a0, a1, ly = linear(y, h, oh, scales[0])
+            b0, b1, lx = linear(z, w, ow, scales[1])
+            out[:, :, y, z] = (
+                x[:, :, a0, b0] * (1 - ly) * (1 - lx)
+                + x[:, :, a0, b1] * (1 - ly) * lx
+                + x[:, :, a1, b0] * ly * (1 - lx)
+                + x[:, :, a1, b1] * ly * lx
+            )
+        else:
+            out[:, :, y, z] = x[:, :, nearest(y, h, oh, scales[0]), nearest(z, w, ow, scales[1])]
+    return out
+
+
+def ref_cross_entropy(x, t, weight, ignore, reduction, ls):  # type: ignore[no-untyped-def]
+    """Class indices, loops over samples; logits (N, C, d...)."""
+    x = np.moveaxis(x.astype(np.float64), 1, -1).reshape(-1, x.shape[1])
+    t = t.reshape(-1)
+    c = x.shape[1]
+    w = np.ones(c) if weight is None else weight.astype(np.float64)
+    losses, denom = [], 0.0
+    for row, target in zip(x, t, strict=True):
+        logp = row - row.max() - math.log(np.exp(row - row.max()).sum())
+        if target == ignore:
+            losses.append(0.0)
+            continue
+        nll = -w[target] * logp[target]
+        smooth = -(w * logp).sum()
+        losses.append((1 - ls) * nll + ls / c * smooth)
+        denom += w[target]
+    arr = np.array(losses)
+    if reduction == "none":
+        return arr
+    if reduction == "sum":
+        return arr.sum()
+    return arr.sum() / denom
+
+
+# -- conv2d ------------------------------------------------------------------------------------
+CONV_CASES = [
+    # (N, C, H, W), (O, C/groups, kH, kW), stride, padding, dilation, groups, bias
+    ((2, 3, 7, 6), (4, 3, 3, 3), 1, 0, 1, 1, True),
+    ((2, 3, 7, 6), (4, 3, 3, 3), 1, 1, 1, 1, False),
+    ((1, 4, 9, 8), (6, 2, 3, 2), (2, 1), (1, 2), 1, 2, True),
+    ((2, 4, 11, 10), (4, 1, 3, 3), 2, 1, 2, 4, True),
+    ((1, 2, 8, 9), (3, 2, 1, 1), 1, 0, 1, 1, True),
+    ((1, 2, 8, 9), (3, 2, 1, 1), 2, 1, 1, 1, False),
+    ((1, 3, 6, 7), (2, 3, 4, 2), 1, "same", (2, 1), 1, True),
+    ((1, 3, 6, 7), (2, 3, 5, 3), 3, "valid", 1, 1, False),
+    ((3, 5, 5), (2, 3, 2, 2), 1, 1, 1, 1, True),  # unbatched
+]
+
+
+def _conv_pads(padding: Any, k: tuple[int, int], d: tuple[int, int]) -> tuple[int, ...]:
+    if padding == "valid":
+        return (0, 0, 0, 0)
+    if padding == "same":
+        th, tw = d[0] * (k[0] - 1), d[1] * (k[1] - 1)
+        return (th // 2, th - th // 2, tw // 2, tw - tw // 2)
+    ph, pw = (padding, padding) if isinstance(padding, int) else padding
+    return (ph, ph, pw, pw)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CONV_CASES, ids=str)
+def test_conv2d_matches_reference(case: Any, dtype: Any) -> None:
+    xs, ws, stride, padding, dilation, groups, has_bias = case
+    x, w = rand(*xs, dtype=dtype), rand(*ws, dtype=dtype)
+    b = rand(ws[0], dtype=dtype) if has_bias else None
+    got = ert.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    x4 = x if x.ndim == 4 else x[None]
+    pads = _conv_pads(padding, ws[2:], _pair(dilation))
+    want = ref_conv2d(x4, w, b, _pair(stride), pads, _pair(dilation), groups)
+    want = want if x.ndim == 4 else want[0]
+    assert got.shape == want.shape and got.dtype == dtype
+    close(got, want, dtype, scale=5)
+
+
+def test_conv2d_large_blocks_and_workers() -> None:
+    # Enough output rows for several im2col blocks, offloaded to a worker.
+    x, w, b = rand(2, 16, 40, 33), rand(8, 16, 3, 3), rand(8)
+    with ert.config.override(inline_threshold_ns=0):
+        got = asyncio.run(_await(ert.conv2d(x, w, b, padding=1, stride=(1, 2))))
+    close(got, ref_conv2d(x, w, b, (1, 2), (1, 1, 1, 1), (1, 1), 1), scale=10)
+
+
+async def _await(t: ert.Tensor) -> np.ndarray:
+    return await t
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same'")  # PyTorch's note on a copy it makes
+@pytest.mark.parametrize("case", CONV_CASES[:7], ids=str)
+def test_conv2d_matches_torch(case: Any) -> None:
+    torch, F = torch_f()
+    xs, ws, stride, padding, dilation, groups, has_bias = case
+    x, w = rand(*xs), rand(*ws)
+    b = rand(ws[0]) if has_bias else None
+    want = F.conv2d(
+        torch.from_numpy(x), torch.from_numpy(w), None if b is None else torch.from_numpy(b),
+        stride=stride, padding=padding, dilation=dilation, groups=groups,
+    )  # fmt: skip
+    got = ert.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    close(got, want.numpy(), scale=5)
+
+
+# -- conv_transpose2d --------------------------------------------------------------------------
+TCONV_CASES = [
+    # (N, C_in, H, W), (C_in, C_out/groups, kH, kW), stride, padding, output_padding, groups, dilation
+    ((2, 3, 4, 5), (3, 2, 3, 3), 1, 0, 0, 1, 1),
+    ((1, 4, 5, 4), (4, 3, 3, 2), 2, 1, 1, 1, 1),
+    ((2, 4, 3, 3), (4, 1, 2, 3), (2, 3), (0, 1), (1, 2), 2, 1),
+    ((1, 2, 4, 4), (2, 2, 3, 3), 1, 2, 0, 1, 2),
+    ((3, 3, 3), (3, 2, 2, 2), 2, 0, 0, 1, 1),  # unbatched
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", TCONV_CASES, ids=str)
+def test_conv_transpose2d_matches_reference(case: Any, dtype: Any) -> None:
+    xs, ws, stride, padding, outpad, groups, dilation = case
+    x, w = rand(*xs, dtype=dtype), rand(*ws, dtype=dtype)
+    b = rand(ws[1] * groups, dtype=dtype)
+    got = ert.conv_transpose2d(
+        x, w, b, stride=stride, padding=padding, output_padding=outpad,
+        groups=groups, dilation=dilation,
+    )  # fmt: skip
+    x4 = x if x.ndim == 4 else x[None]
+    want = ref_conv_transpose2d(
+        x4, w, b, _pair(stride), _pair(padding), _pair(outpad), groups, _pair(dilation)
+    )
+    close(got, want if x.ndim == 4 else want[0], dtype, scale=5)
+
+
+@pytest.mark.parametrize("case", TCONV_CASES[:4], ids=str)
+def test_conv_transpose2d_matches_torch(case: Any) -> None:
+    torch, F = torch_f()
+    xs, ws, stride, padding, outpad, groups, dilation = case
+    x, w = rand(*xs), rand(*ws)
+    want = F.conv_transpose2d(
+        torch.from_numpy(x), torch.from_numpy(w), stride=stride, padding=padding,
+        output_padding=outpad, groups=groups, dilation=dilation,
+    )  # fmt: skip
+    got = ert.conv_transpose2d(
+        x, w, stride=stride, padding=padding, output_padding=outpad,
+        groups=groups, dilation=dilation,
+    )  # fmt: skip
+    close(got, want.numpy(), scale=5)
+
+
+# -- pooling ------------------------------------------------------------------------------------
+POOL_CASES = [
+    # kernel, stride, padding, dilation, ceil_mode
+    (2, None, 0, 1, False),
+    (3, 2, 1, 1, False),
+    (3, 2, 1, 1, True),
+    (2, 3, 1, 2, True),
+    (3, 1, 0, 2, False),
+]
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=str)
+def test_max_pool2d_matches_reference(case: Any) -> None:
+    k, s, p, d, ceil = case
+    x = rand(2, 3, 9, 8, dtype=np.float64)
+    got = ert.max_pool2d(x, k, s, p, d, ceil)
+    close(got, ref_max_pool2d(x, k, k if s is None else s, p, d, ceil), np.float64)
+
+
+@pytest.mark.parametrize("include_pad", [True, False])
+@pytest.mark.parametrize("case", POOL_CASES, ids=str)
+def test_avg_pool2d_matches_reference(case: Any, include_pad: bool) -> None:
+    k, s, p, _, ceil = case
+    x = rand(2, 3, 9, 8)
+    got = ert.avg_pool2d(x, k, s, p, ceil_mode=ceil, count_include_pad=include_pad)
+    want = ref_avg_pool2d(x, k, k if s is None else s, p, ceil, include_pad, None)
+    close(got, want)
+    got = ert.avg_pool2d(x, k, s, p, ceil_mode=ceil, divisor_override=5)
+    close(got, ref_avg_pool2d(x, k, k if s is None else s, p, ceil, include_pad, 5))
+
+
+@pytest.mark.parametrize("size", [1, 3, (2, 5), (7, None), (9, 8)])
+def test_adaptive_avg_pool2d_matches_reference(size: Any) -> None:
+    x = rand(2, 3, 7, 8)
+    oh, ow = (size, size) if isinstance(size, int) else (size[0], size[1] or 8)
+    close(ert.adaptive_avg_pool2d(x, size), ref_adaptive_avg(x, oh, ow))
+
+
+def test_max_pool_nan_wins_and_unbatched() -> None:
+    x = np.arange(16.0).reshape(1, 4, 4)
+    x[0, 0, 1] = np.nan
+    got = ert.max_pool2d(x, 2).numpy()
+    assert got.shape == (1, 2, 2)
+    assert np.isnan(got[0, 0, 0]) and got[0, 1, 1] == 15.0
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=str)
+def test_pooling_matches_torch(case: Any) -> None:
+    torch, F = torch_f()
+    k, s, p, d, ceil = case
+    x = rand(2, 3, 9, 8)
+    tx = torch.from_numpy(x)
+    close(ert.max_pool2d(x, k, s, p, d, ceil), F.max_pool2d(tx, k, s, p, d, ceil).numpy())
+    for include in (True, False):
+        want = F.avg_pool2d(tx, k, s, p, ceil_mode=ceil, count_include_pad=include)
+        close(ert.avg_pool2d(x, k, s, p, ceil, include), want.numpy())
+    close(ert.adaptive_avg_pool2d(x, (k + 1, 5)), F.adaptive_avg_pool2d(tx, (k + 1, 5)).numpy())
+
+
+# -- normalization -----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("affine", [(True, True), (False, False), (True, False), (False, True)])
+def test_batch_norm(dtype: Any, affine: tuple[bool, bool]) -> None:
+    x = rand(3, 4, 5, 2, dtype=dtype)
+    mean, var = rand(4, dtype=dtype), np.abs(rand(4, dtype=dtype)) + 0.5
+    w = rand(4, dtype=dtype) if affine[0] else None
+    b = rand(4, dtype=dtype) if affine[1] else None
+    got = ert.batch_norm(x, mean, var, w, b, eps=1e-3)
+    want = (x - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-3)
+    if w is not None:
+        want = want * w[:, None, None]
+    if b is not None:
+        want = want + b[:, None, None]
+    assert got.dtype == dtype
+    close(got, want, dtype, scale=5)
+    close(ert.batch_norm(x[:, :, 0, 0], mean, var, w, b, eps=1e-3), want[:, :, 0, 0], dtype, 5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("norm", [(7,), (3, 7), 7])
+def test_layer_norm(dtype: Any, norm: Any) -> None:
+    x = rand(2, 3, 7, dtype=dtype) * 3 + 1
+    shape = (norm,) if isinstance(norm, int) else norm
+    axes = tuple(range(-len(shape), 0))
+    w, b = rand(*shape, dtype=dtype), rand(*shape, dtype=dtype)
+    normed = (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + 1e-5)
+    close(ert.layer_norm(x, norm), normed, dtype, scale=5)
+    close(ert.layer_norm(x, norm, w, b, eps=1e-5), normed * w + b, dtype, scale=5)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 6])
+def test_group_norm(groups: int) -> None:
+    x = rand(2, 6, 4, 3, dtype=np.float64)
+    w, b = rand(6, dtype=np.float64), rand(6, dtype=np.float64)
+    g = x.reshape(2, groups, -1)
+    normed = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(
+        x.shape
+    )
+    close(ert.group_norm(x, groups), normed, np.float64)
+    close(ert.group_norm(x, groups, w, b), normed * w[:, None, None] + b[:, None, None], np.float64)
+
+
+def test_norms_match_torch() -> None:
+    torch, F = torch_f()
+    x, w, b = rand(3, 6, 5, 4), rand(6), rand(6)
+    mean, var = rand(6), np.abs(rand(6)) + 0.1
+    t = torch.from_numpy
+    close(
+        ert.batch_norm(x, mean, var, w, b, eps=1e-4),
+        F.batch_norm(t(x), t(mean), t(var), t(w), t(b), eps=1e-4).numpy(),
+        scale=5,
+    )
+    lw, lb = rand(5, 4), rand(5, 4)
+    close(
+        ert.layer_norm(x, (5, 4), lw, lb), F.layer_norm(t(x), (5, 4), t(lw), t(lb)).numpy(), scale=5
+    )
+    close(ert.group_norm(x, 3, w, b), F.group_norm(t(x), 3, t(w), t(b)).numpy(), scale=5)
+
+
+# -- linear, embedding, activations ----------------------------------------------------------------
+@pytest.mark.parametrize("xshape", [(5,), (3, 5), (2, 3, 5)])
+def test_linear(xshape: tuple[int, ...]) -> None:
+    x, w, b = (
+        rand(*xshape, dtype=np.float64),
+        rand(4, 5, dtype=np.float64),
+        rand(4, dtype=np.float64),
+    )
+    close(ert.linear(x, w), x @ w.T, np.float64)
+    close(ert.linear(x, w, b), x @ w.T + b, np.float64)
+
+
+def test_embedding() -> None:
+    table = rand(10, 3)
+    idx = np.array([[0, 9, 3], [3, 3, 1]], dtype=np.int32)
+    got = ert.embedding(idx, table, padding_idx=0)
+    assert got.shape == (2, 3, 3) and got.dtype == np.float32
+    np.testing.assert_array_equal(got.numpy(), table[idx])
+
+
+def test_activations() -> None:
+    x = np.concatenate([np.linspace(-40, 40, 41), rand(50, dtype=np.float64) * 5])
+    close(ert.silu(x), x / (1 + np.exp(-x)), np.float64)
+    for beta, threshold in ((1.0, 20.0), (2.0, 5.0), (0.5, 3.0)):
+        with np.errstate(over="ignore"):
+            soft = np.log1p(np.exp(beta * x)) / beta
+        want = np.where(beta * x > threshold, x, soft)
+        close(ert.softplus(x, beta, threshold), want, np.float64)
+    erf = np.vectorize(math.erf)
+    close(ert.gelu(x), 0.5 * x * (1 + erf(x / math.sqrt(2))), np.float64)
+    tanh = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    close(ert.gelu(x, approximate="tanh"), tanh, np.float64)
+    x32 = x.astype(np.float32)
+    assert ert.silu(x32).dtype == np.float32 and ert.softplus(x32).dtype == np.float32
+
+
+def test_linear_embedding_activations_match_torch() -> None:
+    torch, F = torch_f()
+    t = torch.from_numpy
+    x, w, b = rand(2, 3, 5), rand(4, 5), rand(4)
+    close(ert.linear(x, w, b), F.linear(t(x), t(w), t(b)).numpy())
+    idx = np.array([[1, 2], [0, 3]])
+    close(ert.embedding(idx, w), F.embedding(t(idx), t(w)).numpy())
+    a = rand(64) * 10
+    close(ert.silu(a), F.silu(t(a)).numpy())
+    close(ert.softplus(a, 2.0, 3.0), F.softplus(t(a), 2.0, 3.0).numpy())
+    close(ert.gelu(a), F.gelu(t(a)).numpy())
+    close(ert.gelu(a, approximate="tanh"), F.gelu(t(a), approximate="tanh").numpy())
+
+
+# -- attention ---------------------------------------------------------------------------------
+ATTN_CASES = [
+    # q shape, k shape, v shape
+    ((2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 4)),
+    ((4, 6, 16), (4, 6, 16), (4, 6, 16)),
+    ((2, 1, 5, 8), (1, 3, 6, 8), (1, 3, 6, 3)),  # broadcast batch
+    ((33, 20), (40, 20), (40, 9)),  # long rows: the vectorized float32 softmax
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ATTN_CASES, ids=str)
+def test_attention_matches_reference(case: Any, dtype: Any) -> None:
+    qs, ks, vs = case
+    q, k, v = rand(*qs, dtype=dtype), rand(*ks, dtype=dtype) * 2, rand(*vs, dtype=dtype)
+    L, S = qs[-2], ks[-2]
+    close(ert.scaled_dot_product_attention(q, k, v), ref_attention(q, k, v), dtype, 5)
+    close(
+        ert.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+        ref_attention(q, k, v, causal=True, scale=0.3),
+        dtype,
+        5,
+    )
+    bool_mask = RNG.random((L, S)) > 0.4
+    bool_mask[0] = False  # a query that may attend to nothing: zeros
+    close(
+        ert.scaled_dot_product_attention(q, k, v, attn_mask=bool_mask),
+        ref_attention(q, k, v, mask=bool_mask),
+        dtype,
+        5,
+    )
+    float_mask = rand(S, dtype=dtype)  # broadcast over queries
+    close(
+        ert.scaled_dot_product_attention(q, k, v, float_mask, scale=-0.5),
+        ref_attention(q, k, v, mask=float_mask, scale=-0.5),
+        dtype,
+        5,
+    )
+
+
+def test_attention_nan_and_gqa() -> None:
+    q, k, v = rand(1, 4, 3, 32), rand(1, 2, 3, 32), rand(1, 2, 3, 5)
+    want = ref_attention(q, np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1))
+    close(ert.scaled_dot_product_attention(q, k, v, enable_gqa=True), want, scale=5)
+    q[0, 0, 1, 3] = np.nan
+    out = ert.scaled_dot_product_attention(q, q, q).numpy()
+    assert np.isnan(out[0, 0]).all()  # the nan reaches every score of that head
+    assert not np.isnan(out[0, 1:]).any()
+
+
+def test_attention_matches_torch() -> None:
+    torch, F = torch_f()
+    t = torch.from_numpy
+    q, k, v = rand(2, 3, 17, 24), rand(2, 3, 19, 24), rand(2, 3, 19, 8)
+    close(
+        ert.scaled_dot_product_attention(q, k, v),
+        F.scaled_dot_product_attention(t(q), t(k), t(v)).numpy(),
+        scale=5,
+    )
+    want = F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=True, scale=0.2)
+    close(
+        ert.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.2), want.numpy(), scale=5
+    )
+    mask = RNG.random((2, 1, 17, 19)) > 0.5
+    mask[0, 0, 3] = False
+    want = F.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=t(mask))
+    close(ert.scaled_dot_product_attention(q, k, v, mask), want.numpy(), scale=5)
+    fmask = rand(17, 19)
+    want = F.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=t(fmask))
+    close(ert.scaled_dot_product_attention(q, k, v, fmask), want.numpy(), scale=5)
+
+
+# -- pad, interpolate -------------------------------------------------------------------------------
+PAD_CASES = [
+    ((2, 1), "constant"),
+    ((1, 2, 0, 3), "constant"),
+    ((-1, 2, 1, -2), "constant"),
+    ((0, 1, 2, 0, 1, 1), "constant"),
+    ((2, 1), "reflect"),
+    ((1, 3, 2, 0), "reflect"),
+    ((3, 1, 0, 2), "replicate"),
+    ((2, 4, 1, 1), "circular"),
+]
+
+
+@pytest.mark.parametrize("case", PAD_CASES, ids=str)
+def test_pad(case: Any) -> None:
+    pads, mode = case
+    x = rand(2, 3, 4, 5)
+    value = 1.5 if mode == "constant" else None
+    got = ert.pad(x, pads, mode, value)
+    close(got, ref_pad(x, pads, mode, value or 0.0))
+    xi = np.arange(20).reshape(4, 5)  # any dtype pads
+    got_int = ert.pad(xi, pads[:4], mode)
+    assert got_int.dtype == xi.dtype
+    np.testing.assert_array_equal(got_int.numpy(), ref_pad(xi, pads[:4], mode, 0))
+
+
+@pytest.mark.parametrize("case", PAD_CASES, ids=str)
+def test_pad_matches_torch(case: Any) -> None:
+    torch, F = torch_f()
+    pads, mode = case
+    # PyTorch's non-constant modes want a batch and a channel dimension in front
+    # of the padded ones.
+    x = rand(*(2, 3, 4, 5, 6)[: len(pads) // 2 + 2])
+    close(ert.pad(x, pads, mode), F.pad(torch.from_numpy(x), pads, mode).numpy())
+
+
+INTERP_CASES = [
+    # size, scale_factor, mode, align_corners
+    ((7, 9), None, "nearest", None),
+    ((3, 2), None, "nearest", None),
+    (None, 2, "nearest", None),
+    (None, (1.5, 0.7), "nearest", None),
+    ((7, 9), None, "nearest-exact", None),
+    ((7, 9), None, "bilinear", False),
+    ((7, 9), None, "bilinear", True),
+    ((2, 3), None, "bilinear", False),
+    (None, (2.5, 1.3), "bilinear", False),
+    (None, 3, "bilinear", True),
+    ((1, 1), None, "bilinear", True),
+]
+
+
+def _interp_out(x: np.ndarray, size: Any, factor: Any) -> tuple[int, int]:
+    if size is not None:
+        return size  # type: ignore[no-any-return]
+    f = (factor, factor) if isinstance(factor, (int, float)) else factor
+    return math.floor(x.shape[2] * f[0]), math.floor(x.shape[3] * f[1])
+
+
+@pytest.mark.parametrize("case", INTERP_CASES, ids=str)
+def test_interpolate(case: Any) -> None:
+    size, factor, mode, align = case
+    x = rand(2, 3, 4, 5, dtype=np.float64)
+    got = ert.interpolate(x, size, factor, mode, align)
+    oh, ow = _interp_out(x, size, factor)
+    scales = (None, None)
+    if factor is not None:  # the given factor maps coordinates, as in PyTorch
+        scales = (factor, factor) if isinstance(factor, (int, float)) else factor
+    close(got, ref_interpolate(x, oh, ow, mode, align, scales), np.float64)
+
+
+@pytest.mark.parametrize("case", INTERP_CASES, ids=str)
+def test_interpolate_matches_torch(case: Any) -> None:
+    torch, F = torch_f()
+    size, factor, mode, align = case
+    x = rand(2, 3, 4, 5)
+    want = F.interpolate(torch.from_numpy(x), size, factor, mode, align)
+    close(ert.interpolate(x, size, factor, mode, align), want.numpy())
+
+
+# -- one_hot, cross_entropy ----------------------------------------------------------------------
+def test_one_hot() -> None:
+    idx = np.array([[0, 3], [2, 2]])
+    got = ert.one_hot(idx, num_classes=5)
+    assert got.shape == (2, 2, 5) and got.dtype == np.int64
+    np.testing.assert_array_equal(got.numpy(), np.eye(5, dtype=np.int64)[idx])
+
+
+CE_CASES = [
+    # logits shape, weighted, ignore some, reduction, label_smoothing
+    ((6, 4), False, False, "mean", 0.0),
+    ((6, 4), True, True, "mean", 0.0),
+    ((6, 4), True, True, "sum", 0.2),
+    ((6, 4), False, True, "none", 0.1),
+    ((3, 5, 2, 3), True, True, "mean", 0.3),
+    ((3, 5, 2, 3), False, False, "none", 0.0),
+    ((2, 20), False, True, "mean", 0.05),  # rows long enough for the numba log-softmax
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CE_CASES, ids=str)
+def test_cross_entropy(case: Any, dtype: Any) -> None:
+    shape, weighted, ignore, reduction, ls = case
+    x = rand(*shape, dtype=dtype) * 3
+    t = RNG.integers(0, shape[1], (shape[0], *shape[2:]))
+    if ignore:
+        t.reshape(-1)[::3] = 7 if shape[1] < 7 else -100
+    ignore_index = 7 if ignore and shape[1] < 7 else -100
+    w = np.abs(rand(shape[1], dtype=dtype)) + 0.1 if weighted else None
+    got = ert.cross_entropy(
+        x, t, w, ignore_index=ignore_index, reduction=reduction, label_smoothing=ls
+    )
+    want = ref_cross_entropy(x, t, w, ignore_index, reduction, ls)
+    assert got.dtype == dtype
+    close(got, want.reshape(got.shape), dtype, scale=5)
+
+
+def test_cross_entropy_unbatched_and_probabilities() -> None:
+    x = rand(4, dtype=np.float64)
+    logp = x - np.log(np.exp(x).sum())
+    close(ert.cross_entropy(x, np.array(2)), -logp[2], np.float64)
+    probs = np.abs(rand(3, 4, dtype=np.float64))
+    probs /= probs.sum(1, keepdims=True)
+    xb = rand(3, 4, dtype=np.float64)
+    lp = xb - np.log(np.exp(xb).sum(1, keepdims=True))
+    close(ert.cross_entropy(xb, probs), -(lp * probs).sum(1).mean(), np.float64)
+    close(ert.cross_entropy(xb, probs, reduction="none"), -(lp * probs).sum(1), np.float64)
+
+
+@pytest.mark.parametrize("case", CE_CASES, ids=str)
+def test_cross_entropy_matches_torch(case: Any) -> None:
+    torch, F = torch_f()
+    shape, weighted, ignore, reduction, ls = case
+    x = rand(*shape) * 3
+    t = RNG.integers(0, shape[1], (shape[0], *shape[2:]))
+    if ignore:
+        t.reshape(-1)[::3] = -100
+    w = np.abs(rand(shape[1])) + 0.1 if weighted else None
+    want = F.cross_entropy(
+        torch.from_numpy(x), torch.from_numpy(t), None if w is None else torch.from_numpy(w),
+        reduction=reduction, label_smoothing=ls,
+    )  # fmt: skip
+    got = ert.cross_entropy(x, t, w, reduction=reduction, label_smoothing=ls)
+    close(got, want.numpy(), scale=5)
+    probs = np.abs(rand(*shape))
+    probs /= probs.sum(1, keepdims=True)
+    want = F.cross_entropy(
+        torch.from_numpy(x), torch.from_numpy(probs), reduction=reduction, label_smoothing=ls
+    )
+    close(
+        ert.cross_entropy(x, probs, reduction=reduction, label_smoothing=ls), want.numpy(), scale=5
+    )
+
+
+# -- errors ---------------------------------------------------------------------------------------
+x4 = np.zeros((1, 4, 6, 6), np.float32)
+w4 = np.zeros((2, 4, 3, 3), np.float32)
+
+CALL_ERRORS = [
+    (ert.ShapeError, lambda: ert.conv2d(x4, np.zeros((2, 3, 3, 3), np.float32))),
+    (ert.ShapeError, lambda: ert.conv2d(x4[0, 0], w4)),
+    (ert.ShapeError, lambda: ert.conv2d(x4, w4, np.zeros(3, np.float32))),
+    (ert.ShapeError, lambda: ert.conv2d(x4, np.zeros((3, 2, 3, 3), np.float32), groups=2)),
+    (ert.ShapeError, lambda: ert.conv2d(x4, np.zeros((2, 4, 9, 9), np.float32))),
+    (ert.DTypeError, lambda: ert.conv2d(x4.astype(np.int64), w4)),
+    (ert.DTypeError, lambda: ert.conv2d(x4, w4.astype(np.float64))),
+    (ert.ArgumentError, lambda: ert.conv2d(x4, w4, stride=0)),
+    (ert.ArgumentError, lambda: ert.conv2d(x4, w4, stride=2, padding="same")),
+    (ert.ArgumentError, lambda: ert.conv2d(x4, w4, padding="full")),
+    (ert.ArgumentError, lambda: ert.conv2d(x4, w4, padding=(1, 2, 3))),
+    (ert.DTypeError, lambda: ert.conv2d(x4, w4, stride=1.5)),
+    (ert.ArgumentError, lambda: ert.conv2d(x4, w4, groups=0)),
+    (ert.ShapeError, lambda: ert.conv_transpose2d(x4, np.zeros((3, 2, 3, 3), np.float32))),
+    (
+        ert.ArgumentError,
+        lambda: ert.conv_transpose2d(x4, w4.transpose(1, 0, 2, 3), output_padding=1),
+    ),
+    (ert.ArgumentError, lambda: ert.max_pool2d(x4, 2, padding=2)),
+    (ert.ShapeError, lambda: ert.max_pool2d(x4, 7)),
+    (ert.DTypeError, lambda: ert.avg_pool2d(x4.astype(np.int32), 2)),
+    (ert.ArgumentError, lambda: ert.avg_pool2d(x4, 2, divisor_override=0)),
+    (ert.ArgumentError, lambda: ert.adaptive_avg_pool2d(x4, (1, 2, 3))),
+    (ert.ShapeError, lambda: ert.batch_norm(x4, np.zeros(3, np.float32), np.ones(4, np.float32))),
+    (
+        ert.ArgumentError,
+        lambda: ert.batch_norm(x4, np.zeros(4, np.float32), np.ones(4, np.float32), training=True),
+    ),
+    (ert.ShapeError, lambda: ert.layer_norm(x4, (5,))),
+    (ert.ShapeError, lambda: ert.layer_norm(x4, (6,), np.ones(5, np.float32))),
+    (ert.ShapeError, lambda: ert.group_norm(x4, 3)),
+    (ert.ShapeError, lambda: ert.linear(x4, np.zeros((2, 5), np.float32))),
+    (ert.DTypeError, lambda: ert.embedding(np.zeros(2, np.float32), np.zeros((3, 2)))),
+    (ert.ArgumentError, lambda: ert.embedding(np.zeros(2, int), np.zeros((3, 2)), padding_idx=3)),
+    (ert.DTypeError, lambda: ert.silu(np.zeros(2, complex))),
+    (ert.ArgumentError, lambda: ert.softplus(np.zeros(2), beta=0)),
+    (ert.ShapeError, lambda: ert.scaled_dot_product_attention(x4, x4[..., :5], x4)),
+    (ert.ShapeError, lambda: ert.scaled_dot_product_attention(x4, x4, x4[..., :5, :])),
+    (ert.ShapeError, lambda: ert.scaled_dot_product_attention(x4, x4, x4, np.ones((5, 6), bool))),
+    (ert.DTypeError, lambda: ert.scaled_dot_product_attention(x4, x4, x4, np.ones((6, 6), int))),
+    (
+        ert.ArgumentError,
+        lambda: ert.scaled_dot_product_attention(x4, x4, x4, np.ones((6, 6), bool), is_causal=True),
+    ),
+    (ert.ArgumentError, lambda: ert.scaled_dot_product_attention(x4, x4, x4, dropout_p=0.1)),
+    (ert.ArgumentError, lambda: ert.pad(x4, (1,))),
+    (ert.ArgumentError, lambda: ert.pad(x4, (1, 1), mode="wrap")),
+    (ert.ShapeError, lambda: ert.pad(x4, (6, 0), mode="reflect")),
+    (ert.ArgumentError, lambda: ert.pad(x4, (1, 1), mode="reflect", value=1.0)),
+    (ert.ShapeError, lambda: ert.pad(x4, (-4, -3))),
+    (ert.ArgumentError, lambda: ert.interpolate(x4, (3, 3), 2.0)),
+    (ert.ArgumentError, lambda: ert.interpolate(x4, (3, 3), mode="bicubic")),
+    (ert.ArgumentError, lambda: ert.interpolate(x4, (3, 3), align_corners=True)),
+    (ert.ShapeError, lambda: ert.interpolate(x4[0], (3, 3))),
+    (ert.ArgumentError, lambda: ert.one_hot(np.zeros(3, int))),
+    (ert.DTypeError, lambda: ert.one_hot(np.zeros(3), 4)),
+    (ert.ShapeError, lambda: ert.cross_entropy(np.zeros((3, 4)), np.zeros(4, int))),
+    (
+        ert.ArgumentError,
+        lambda: ert.cross_entropy(np.zeros((3, 4)), np.zeros(3, int), reduction="avg"),
+    ),
+    (
+        ert.ArgumentError,
+        lambda: ert.cross_entropy(np.zeros((3, 4)), np.zeros(3, int), label_smoothing=2.0),
+    ),
+    (ert.DTypeError, lambda: ert.cross_entropy(np.zeros((3, 4)), np.zeros(3, bool))),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CALL_ERRORS)))
+def test_bad_calls_fail_at_the_call(case: int) -> None:
+    kind, call = CALL_ERRORS[case]
+    with pytest.raises(kind) as info:
+        call()
+    assert "test_nn.py" in str(info.value)  # the message names the user's line
+
+
+def test_kernel_failures_raise_on_await() -> None:
+    table = ert.asarray(rand(4, 2))
+    bad = ert.embedding(ert.asarray([1, 4]), table)  # the call itself succeeds
+    with pytest.raises(ert.KernelError, match="out of range") as info:
+        bad.numpy()
+    assert isinstance(info.value.__cause__, IndexError)
+    with pytest.raises(ert.KernelError, match="out of range"):
+        asyncio.run(_await(ert.embedding(ert.asarray([-1]), table)))
+    with pytest.raises(ert.KernelError, match="num_classes"):
+        ert.one_hot(ert.asarray([0, 3]), 3).numpy()
+    with pytest.raises(ert.KernelError, match="out of range"):
+        ert.cross_entropy(rand(2, 3), np.array([0, 3])).numpy()
+    # An ignored target may hold any value.
+    assert math.isfinite(ert.cross_entropy(rand(2, 3), np.array([0, -100])).item())
+
+
+def test_ops_are_registered_and_heavy_calls_offload() -> None:
+    for name in ("conv2d", "scaled_dot_product_attention", "cross_entropy", "layer_norm"):
+        assert ert.get_op(name).name == name
+    before = ert.stats().ops_offloaded
+    big = ert.conv2d(ert.ones((4, 16, 32, 32)), ert.ones((16, 16, 3, 3)), padding=1)
+    assert big.numpy()[0, 0, 5, 5] == 16 * 9
+    assert ert.stats().ops_offloaded > before
