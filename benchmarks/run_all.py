@@ -40,6 +40,7 @@ BENCHMARKS = {
     "parallel_branches": "bench_parallel_branches",
     "io_overlap": "bench_io_overlap",
     "await_overhead": "bench_await_overhead",
+    "conv_attention": "bench_conv_attention",
 }
 
 
