@@ -336,6 +336,64 @@ _UNARY: dict[str, tuple[Any, Gen, float]] = {
 }
 for _name, (_ref, _gen, _tol) in _UNARY.items():
     RECORDS.append(_rec(_name, 1, getattr(ert, _name), _ref, ALL, UNARY_SHAPES, _gen, _tol))
+def rand_unit(rng: np.random.Generator, shape: Shape, dtype: np.dtype[Any]) -> np.ndarray:
+    """Floats inside (-1, 1): where acos, asin and atanh are finite."""
+    if dtype.kind == "c":
+        return _finish(rng.uniform(-0.9, 0.9, shape) + 1j * rng.uniform(-0.5, 0.5, shape), dtype)
+    return _finish(rng.uniform(-0.9, 0.9, shape), dtype)
+
+
+def rand_above_one(rng: np.random.Generator, shape: Shape, dtype: np.dtype[Any]) -> np.ndarray:
+    """Values of at least one (acosh's real domain)."""
+    return _finish(rand_positive(rng, shape, dtype) + 1, dtype)
+
+
+# The rest of the Array API's elementwise functions: name -> (numpy, generator, dtypes).
+_NUMERIC = (*INTS, *FLOATS, COMPLEX128)
+_INEXACT = (*FLOATS, COMPLEX128)
+_INTEGRAL = (BOOL, *INTS)
+_UNARY_API: dict[str, tuple[Any, Gen, Sequence[np.dtype[Any]]]] = {
+    "acos": (np.arccos, rand_unit, _INEXACT),
+    "asin": (np.arcsin, rand_unit, _INEXACT),
+    "atanh": (np.arctanh, rand_unit, _INEXACT),
+    "acosh": (np.arccosh, rand_above_one, _INEXACT),
+    "asinh": (np.arcsinh, rand_default, _INEXACT),
+    "atan": (np.arctan, rand_default, _INEXACT),
+    "sinh": (np.sinh, rand_default, _INEXACT),
+    "cosh": (np.cosh, rand_default, _INEXACT),
+    "tan": (np.tan, rand_unit, _INEXACT),
+    "expm1": (np.expm1, rand_default, _INEXACT),
+    "log1p": (np.log1p, rand_positive, _INEXACT),
+    "log2": (np.log2, rand_positive, _INEXACT),
+    "log10": (np.log10, rand_positive, _INEXACT),
+    "trunc": (np.trunc, rand_default, (*INTS, *FLOATS)),
+    "signbit": (np.signbit, rand_default, FLOATS),
+    "isfinite": (np.isfinite, rand_default, ALL),
+    "isinf": (np.isinf, rand_default, ALL),
+    "isnan": (np.isnan, rand_default, ALL),
+    "conj": (np.conjugate, rand_default, _NUMERIC),
+    "real": (np.real, rand_default, _NUMERIC),
+    "imag": (lambda x: np.imag(x) if np.iscomplexobj(x) else np.zeros_like(x), rand_default, _NUMERIC),
+    "reciprocal": (lambda x: np.divide(1.0, x), rand_nonzero, _NUMERIC),
+    "bitwise_invert": (np.invert, rand_default, _INTEGRAL),
+}
+for _name, (_ref, _gen, _dtypes) in _UNARY_API.items():
+    RECORDS.append(_rec(_name, 1, getattr(ert, _name), _ref, _dtypes, UNARY_SHAPES, _gen, 4))
+_BINARY_API: dict[str, tuple[Any, tuple[Gen, Gen], Sequence[np.dtype[Any]]]] = {
+    "atan2": (np.arctan2, (rand_default, rand_nonzero), FLOATS),
+    "copysign": (np.copysign, (rand_default, rand_nonzero), FLOATS),
+    "hypot": (np.hypot, (rand_default, rand_default), FLOATS),
+    "logaddexp": (np.logaddexp, (rand_default, rand_default), FLOATS),
+    "nextafter": (np.nextafter, (rand_default, rand_default), FLOATS),
+    "bitwise_and": (np.bitwise_and, (rand_default, rand_default), _INTEGRAL),
+    "bitwise_or": (np.bitwise_or, (rand_default, rand_default), _INTEGRAL),
+    "bitwise_xor": (np.bitwise_xor, (rand_default, rand_default), _INTEGRAL),
+    "bitwise_left_shift": (np.left_shift, (rand_positive, rand_small), INTS),
+    "bitwise_right_shift": (np.right_shift, (rand_default, rand_small), INTS),
+}
+for _name, (_ref, _gens, _dtypes) in _BINARY_API.items():
+    RECORDS.append(_rec(_name, 2, getattr(ert, _name), _ref, _dtypes, BINARY_SHAPES, _gens, 4))
+
 RECORDS += [
     _rec("neg(alias)", 1, ert.neg, np.negative, ALL, UNARY_SHAPES),
     _rec("-x", 1, operator.neg, operator.neg, ALL, UNARY_SHAPES),

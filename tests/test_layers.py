@@ -59,3 +59,14 @@ def test_checker_sees_an_upward_import(statement: str) -> None:
 
 def test_checker_allows_imports_within_core() -> None:
     assert imported_parts("from .errors import EagerError", ("_core",)) == {"_core"}
+
+
+def test_every_op_module_is_re_exported_by_eagerrt() -> None:
+    """eagerrt/__init__.py lists the op modules one by one (so type checkers see
+    their names); a module added to eagerrt.ops but not there would be missed."""
+    import eagerrt
+    from eagerrt import ops
+
+    missing = [name for name in ops.__all__ if not hasattr(eagerrt, name)]
+    assert not missing, f"in eagerrt.ops but not in eagerrt: {missing}"
+    assert set(ops.__all__) <= set(eagerrt.__all__)

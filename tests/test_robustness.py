@@ -30,7 +30,7 @@ def _slow_op(name: str, kernel: Any) -> ert.Op:
 def test_a_tensor_passed_by_keyword_is_an_operand_not_a_static_parameter(gate) -> None:
     g = gate()
     indices = g(np.array([2, 0]))  # pending until the gate opens
-    got = ert.take(ert.asarray([10, 20, 30]), indices=indices)
+    got = ert.take.op(ert.asarray([10, 20, 30]), indices=indices)  # the op form
     assert not got.is_ready()  # it waits for its operand instead of blocking a worker
     g.open()
     assert got.numpy(timeout=10).tolist() == [30, 10]
@@ -38,7 +38,7 @@ def test_a_tensor_passed_by_keyword_is_an_operand_not_a_static_parameter(gate) -
     with pytest.raises(ert.DTypeError, match="static parameter"):
         ert.sum(ert.ones(2), keepdims=ert.ones(1))
     with pytest.raises(ert.DTypeError, match="multiple values"):
-        ert.take(ert.ones(2), ert.asarray([0]), indices=ert.asarray([1]))
+        ert.take.op(ert.ones(2), ert.asarray([0]), indices=ert.asarray([1]))
 
 
 def test_a_kernel_raising_a_base_exception_still_completes_its_result() -> None:
@@ -222,7 +222,7 @@ def test_a_kernel_registered_while_a_call_is_in_flight_is_not_undone() -> None:
         (lambda: ert.sum(ert.ones(2), axis=3), IndexError),
         (lambda: ert.random.normal(3, mean="a"), ert.DTypeError),
         (
-            lambda: ert.tensordot(ert.ones((2, 2)), ert.ones((2, 2)), ([0, 0], [0, 1])),
+            lambda: ert.tensordot(ert.ones((2, 2)), ert.ones((2, 2)), axes=([0, 0], [0, 1])),
             ert.ShapeError,
         ),
         (lambda: ert.split(ert.arange(4), [1.5]), ert.DTypeError),

@@ -12,6 +12,7 @@ from . import (
     elementwise,
     fft,
     indexing,
+    interop,
     linalg,
     linalg_extension,
     manipulation,
@@ -27,6 +28,7 @@ from . import (
 from .creation import *  # noqa: F403
 from .elementwise import *  # noqa: F403
 from .indexing import *  # noqa: F403
+from .interop import *  # noqa: F403
 from .linalg import *  # noqa: F403
 from .manipulation import *  # noqa: F403
 from .nn import *  # noqa: F403
@@ -51,6 +53,7 @@ __all__ += creation.__all__
 __all__ += elementwise.__all__
 __all__ += fft.__all__
 __all__ += indexing.__all__
+__all__ += interop.__all__
 __all__ += linalg.__all__
 __all__ += linalg_extension.__all__
 __all__ += manipulation.__all__

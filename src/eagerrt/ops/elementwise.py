@@ -174,11 +174,73 @@ UFUNC_OPS: dict[str, Op] = {
     name: _ufunc_op(name, ufunc, factor)
     for name, (ufunc, factor) in {**UNARY_UFUNCS, **BINARY_UFUNCS}.items()
 }
-#: Other names for ufunc ops: numpy's, PyTorch's and the Array API's spellings.
-UFUNC_ALIASES = {"neg": "negative", "pow": "power"}
-globals().update(UFUNC_OPS)
-globals().update({alias: UFUNC_OPS[name] for alias, name in UFUNC_ALIASES.items()})
-__all__ += [*UFUNC_OPS, *UFUNC_ALIASES]
+# Each ufunc op by name, written out so type checkers and IDEs see them.
+abs = UFUNC_OPS["abs"]
+negative = UFUNC_OPS["negative"]
+positive = UFUNC_OPS["positive"]
+exp = UFUNC_OPS["exp"]
+log = UFUNC_OPS["log"]
+sqrt = UFUNC_OPS["sqrt"]
+sin = UFUNC_OPS["sin"]
+cos = UFUNC_OPS["cos"]
+tanh = UFUNC_OPS["tanh"]
+floor = UFUNC_OPS["floor"]
+ceil = UFUNC_OPS["ceil"]
+sign = UFUNC_OPS["sign"]
+square = UFUNC_OPS["square"]
+logical_not = UFUNC_OPS["logical_not"]
+acos = UFUNC_OPS["acos"]
+acosh = UFUNC_OPS["acosh"]
+asin = UFUNC_OPS["asin"]
+asinh = UFUNC_OPS["asinh"]
+atan = UFUNC_OPS["atan"]
+atanh = UFUNC_OPS["atanh"]
+bitwise_invert = UFUNC_OPS["bitwise_invert"]
+conj = UFUNC_OPS["conj"]
+cosh = UFUNC_OPS["cosh"]
+expm1 = UFUNC_OPS["expm1"]
+isfinite = UFUNC_OPS["isfinite"]
+isinf = UFUNC_OPS["isinf"]
+isnan = UFUNC_OPS["isnan"]
+log1p = UFUNC_OPS["log1p"]
+log2 = UFUNC_OPS["log2"]
+log10 = UFUNC_OPS["log10"]
+signbit = UFUNC_OPS["signbit"]
+sinh = UFUNC_OPS["sinh"]
+tan = UFUNC_OPS["tan"]
+trunc = UFUNC_OPS["trunc"]
+add = UFUNC_OPS["add"]
+subtract = UFUNC_OPS["subtract"]
+multiply = UFUNC_OPS["multiply"]
+divide = UFUNC_OPS["divide"]
+floor_divide = UFUNC_OPS["floor_divide"]
+remainder = UFUNC_OPS["remainder"]
+power = UFUNC_OPS["power"]
+maximum = UFUNC_OPS["maximum"]
+minimum = UFUNC_OPS["minimum"]
+equal = UFUNC_OPS["equal"]
+not_equal = UFUNC_OPS["not_equal"]
+less = UFUNC_OPS["less"]
+less_equal = UFUNC_OPS["less_equal"]
+greater = UFUNC_OPS["greater"]
+greater_equal = UFUNC_OPS["greater_equal"]
+logical_and = UFUNC_OPS["logical_and"]
+logical_or = UFUNC_OPS["logical_or"]
+logical_xor = UFUNC_OPS["logical_xor"]
+atan2 = UFUNC_OPS["atan2"]
+bitwise_and = UFUNC_OPS["bitwise_and"]
+bitwise_left_shift = UFUNC_OPS["bitwise_left_shift"]
+bitwise_or = UFUNC_OPS["bitwise_or"]
+bitwise_right_shift = UFUNC_OPS["bitwise_right_shift"]
+bitwise_xor = UFUNC_OPS["bitwise_xor"]
+copysign = UFUNC_OPS["copysign"]
+hypot = UFUNC_OPS["hypot"]
+logaddexp = UFUNC_OPS["logaddexp"]
+nextafter = UFUNC_OPS["nextafter"]
+# Other names: numpy's, PyTorch's and the Array API's spellings.
+neg = negative
+pow = power
+__all__ += [*UFUNC_OPS, "neg", "pow"]
 
 
 def _real_part_rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
@@ -328,7 +390,7 @@ _clip_op = define_op(
 _clip_op.register_kernel(GENERIC, np.clip)
 
 
-def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
+def clip(x: Any, /, min: Any = None, max: Any = None) -> Tensor:
     """Limit values to ``[min, max]`` (either bound may be None), as ``numpy.clip``.
 
     >>> import eagerrt as ert

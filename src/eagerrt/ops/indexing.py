@@ -25,7 +25,7 @@ from .._core.errors import DTypeError, OutOfBoundsError
 from ..tensor import Tensor
 from ._rules import normalize_axis
 from .manipulation import _need_tensor, _view_cost
-from .registry import GENERIC, call_error, define_op, elementwise_cost
+from .registry import GENERIC, call_error, define_op, elementwise_cost, exposes
 
 __all__ = ["getitem", "take", "take_along_axis"]
 
@@ -126,8 +126,9 @@ _gather = define_op(
 _gather.register_kernel(GENERIC, lambda x, *arrays, template: x[fill_index(template, arrays)])
 
 
-def index_tensor(x: Tensor, index: Any) -> Tensor:
-    """``x[index]`` for any index numpy takes: ``Tensor.__getitem__``."""
+def index_tensor(x: Tensor, key: Any, /) -> Tensor:
+    """``x[key]`` for any index numpy takes: ``Tensor.__getitem__``."""
+    index = key
     if type(index) is not tuple:
         if isinstance(index, _BASIC_INDEX_TYPES):
             return getitem(x, index=index)
@@ -140,12 +141,11 @@ def index_tensor(x: Tensor, index: Any) -> Tensor:
     if not operands:
         return getitem(x, index=template)
     if any(o.dtype.kind == "b" for o in operands):
-        # Check the masks' shapes against x's now, before waiting for their data.
-        stand_ins = [
-            np.zeros(o.shape, dtype=bool if o.dtype.kind == "b" else np.intp) for o in operands
-        ]
+        # numpy checks the masks against x (shapes, broadcasting with the
+        # integer arrays) once their data is here: the error is still raised now.
+        masks = [o.numpy() if o.dtype.kind == "b" else o for o in operands]
         try:
-            indexed_shape(x.shape, template, stand_ins)
+            indexed_shape(x.shape, template, masks)
         except OutOfBoundsError as exc:
             raise call_error(
                 OutOfBoundsError, "getitem", (x,), {"index": index}, str(exc)
@@ -199,14 +199,26 @@ def _take_rule(
     return x.shape[:ax] + indices.shape + x.shape[ax + 1 :], x.dtype
 
 
-take = define_op(
+_take = define_op(
     "take",
     _take_rule,
     cost=elementwise_cost,
     operands=2,
     doc="Gather elements by integer indices along ``axis``; a bad index fails on read.",
 )
-take.register_kernel(GENERIC, lambda x, indices, axis=None: np.take(x, indices, axis=axis))
+_take.register_kernel(GENERIC, lambda x, indices, axis=None: np.take(x, indices, axis=axis))
+
+
+@exposes(_take)
+def take(x: Any, indices: Any, /, *, axis: int | None = None) -> Tensor:
+    """Gather elements of ``x`` by integer ``indices`` along ``axis`` (the
+    flattened ``x`` for None); a bad index fails on read.
+
+    >>> import eagerrt as ert
+    >>> ert.take(ert.asarray([10, 20, 30]), ert.asarray([2, 2, 0])).numpy().tolist()
+    [30, 30, 10]
+    """
+    return _take(x, indices, axis=axis)
 
 
 def _take_along_axis_rule(
@@ -230,13 +242,25 @@ def _take_along_axis_rule(
     return tuple(shape), x.dtype
 
 
-take_along_axis = define_op(
+_take_along_axis = define_op(
     "take_along_axis",
     _take_along_axis_rule,
     cost=elementwise_cost,
     operands=2,
     doc="Pick from ``x`` along ``axis`` by same-rank ``indices`` (as argsort gives).",
 )
-take_along_axis.register_kernel(
+_take_along_axis.register_kernel(
     GENERIC, lambda x, indices, axis=-1: np.take_along_axis(x, indices, axis=axis)
 )
+
+
+@exposes(_take_along_axis)
+def take_along_axis(x: Any, indices: Any, /, *, axis: int = -1) -> Tensor:
+    """Pick from ``x`` along ``axis`` by same-rank ``indices``, as argsort gives them.
+
+    >>> import eagerrt as ert
+    >>> x = ert.asarray([[3, 1, 2]])
+    >>> ert.take_along_axis(x, ert.argsort(x, axis=1), axis=1).numpy().tolist()
+    [[1, 2, 3]]
+    """
+    return _take_along_axis(x, indices, axis=axis)

@@ -55,6 +55,7 @@ __all__ = [
     "call_error",
     "define_op",
     "elementwise_cost",
+    "exposes",
     "get_op",
     "launch",
     "registered_ops",
@@ -154,6 +155,8 @@ class Op:
         self.call1 = _fast_unary(self)
         self.call2 = _fast_binary(self)
         self.__doc__ = doc
+        #: What ``inspect.signature(op)`` shows: the operands positional-only.
+        self.__signature__ = _call_signature(rule, operands)
         _all_ops.append(self)
 
     def kernel(self, device: str = GENERIC) -> Callable[[Kernel], Kernel]:
@@ -436,6 +439,38 @@ class Op:
         return launch(self.name, compute, args, shape, dtype, dev, cost, dev.executor)
 
 
+def _call_signature(rule: Rule, operands: int | None) -> inspect.Signature:
+    """An op's call signature from its rule's: operands are positional-only,
+    static parameters keep their kind (those after the operands also bind by
+    position), and ``device`` comes last, keyword-only."""
+    params = []
+    position = 0
+    for p in inspect.signature(rule).parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            is_operand = operands is None or position < operands
+            position += 1
+            if is_operand:
+                p = p.replace(kind=p.POSITIONAL_ONLY)
+        if p.kind == p.VAR_KEYWORD:
+            params.append(inspect.Parameter("device", p.KEYWORD_ONLY, default=None))
+        params.append(p.replace(annotation=p.empty))
+    if not any(p.kind == p.VAR_KEYWORD for p in params):
+        params.append(inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None))
+    return inspect.Signature(params)
+
+
+def exposes(op: Op) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for the public function that calls ``op`` with the Array API's
+    signature: ``fn.op`` is the op (to give it device kernels), ``fn.name`` its name."""
+
+    def attach(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.op = op  # type: ignore[attr-defined]
+        fn.name = op.name  # type: ignore[attr-defined]
+        return fn
+
+    return attach
+
+
 class _KernelTask(Task):
     """Run ``compute`` on the inputs' values; fail like the inputs, or with a new
     failure naming the op and its creation line."""
@@ -517,7 +552,7 @@ def launch(
 def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
     name = op.name
 
-    def call2(a: Any, b: Any) -> Tensor:
+    def call2(a: Any, b: Any, /) -> Tensor:
         hit = op._last2
         if (
             hit is not None
@@ -559,7 +594,7 @@ def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
 def _fast_unary(op: Op) -> Callable[[Any], Tensor]:
     name = op.name
 
-    def call1(a: Any) -> Tensor:
+    def call1(a: Any, /) -> Tensor:
         hit = op._last1
         if hit is not None and type(a) is Tensor and a._state == READY:
             sa, da, dev, shape, dtype, cost, kernel = hit

@@ -16,7 +16,7 @@ from ..tensor import Tensor
 from . import reduction, writes
 from .elementwise import UFUNC_OPS
 from .indexing import index_tensor
-from .linalg import matmul
+from .linalg import matmul, matrix_transpose
 from .manipulation import astype, reshape, transpose
 from .registry import Op, elementwise_cost, launch
 
@@ -26,7 +26,7 @@ __all__: list[str] = []
 def _reflected(op: Op) -> Any:
     call2 = op.call2
 
-    def method(self: Tensor, other: Any) -> Tensor:
+    def method(self: Tensor, other: Any, /) -> Tensor:
         return call2(other, self)
 
     method.__name__ = f"__r{op.name}__"
@@ -34,7 +34,7 @@ def _reflected(op: Op) -> Any:
 
 
 def _comparison(op: Op) -> Any:
-    def method(self: Tensor, other: Any) -> Any:
+    def method(self: Tensor, other: Any, /) -> Any:
         if other is None or isinstance(other, str):
             return NotImplemented  # `t == None` falls back to identity, as for objects
         return op.call2(self, other)
@@ -75,7 +75,7 @@ for _dunder, _name in {
 def _inplace(op: Op) -> Any:
     call2 = op.call2
 
-    def method(self: Tensor, other: Any) -> Tensor:
+    def method(self: Tensor, other: Any, /) -> Tensor:
         return writes.replace(self, call2(self, other), f"__i{op.name}__")
 
     return method
@@ -103,6 +103,26 @@ def _transpose(self: Tensor, *axes: Any) -> Tensor:
 
 def _astype(self: Tensor, dtype: Any, copy: bool = True) -> Tensor:
     return astype(self, dtype=dtype, copy=copy)
+
+
+def _to_device(self: Tensor, device: str | Device, /, *, stream: Any = None) -> Tensor:
+    """The Array API's name for :meth:`to` (``stream`` is for devices with streams)."""
+    return _to(self, device)
+
+
+def _array_namespace(self: Tensor, /, *, api_version: str | None = None) -> Any:
+    """The namespace (``eagerrt`` itself) whose functions work on this tensor."""
+    import eagerrt
+
+    if api_version is not None and api_version not in _API_VERSIONS:
+        raise ValueError(
+            f"eagerrt implements the Array API {eagerrt.__array_api_version__} "
+            f"(and its earlier versions {', '.join(_API_VERSIONS[:-1])}), not {api_version!r}"
+        )
+    return eagerrt
+
+
+_API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12")
 
 
 def _to(self: Tensor, device: str | Device) -> Tensor:
@@ -135,6 +155,9 @@ _METHODS: dict[str, Any] = {
     "reshape": _reshape,
     "transpose": _transpose,
     "T": property(lambda self: transpose(self)),
+    "mT": property(lambda self: matrix_transpose(self)),
+    "to_device": _to_device,
+    "__array_namespace__": _array_namespace,
     "astype": _astype,
     "to": _to,
 }
@@ -154,4 +177,6 @@ def _reduction_method(op: Op) -> Any:
 
 
 for _name in ("sum", "mean", "prod", "var", "std", "max", "min", "argmax", "argmin"):
-    setattr(Tensor, _name, _reduction_method(getattr(reduction, _name)))
+    _function = getattr(reduction, _name)
+    # The op behind the function takes numpy's positional order: t.sum(0), np.sum(t, 0).
+    setattr(Tensor, _name, _reduction_method(getattr(_function, "op", _function)))

@@ -57,8 +57,9 @@ _KIND_ORDER = "biufc"  # bool < int < float < complex: a value may not climb dow
 _EVERYTHING = (Ellipsis,)
 
 
-def setitem(t: Tensor, index: Any, value: Any) -> None:
-    """``t[index] = value``: basic, integer-array and boolean-mask indexes."""
+def setitem(t: Tensor, key: Any, value: Any, /) -> None:
+    """``t[key] = value``: basic, integer-array and boolean-mask indexes."""
+    index = key
     if index is Ellipsis or (type(index) is tuple and not index):
         template: tuple[Any, ...] = _EVERYTHING
         operands: list[Tensor] = []
@@ -115,7 +116,7 @@ def _check_value(
                 static,
                 f"can't write a Python {type(value).__name__} into a {t.dtype} tensor",
             )
-        if kind == "i" and t.dtype.kind in "iu":
+        if isinstance(value, int) and kind == "i" and t.dtype.kind in "iu":
             info = np.iinfo(t.dtype)
             if not info.min <= value <= info.max:
                 raise call_error(
@@ -144,6 +145,8 @@ def _check_value(
     # The target's shape, when the index alone decides it (a boolean mask's
     # data decides it otherwise, and the kernel checks the value then).
     masks = [o for o in operands if o.dtype.kind == "b"]
+    if masks and len(masks) < len(operands):
+        return value  # masks and integer arrays broadcast by the mask's data: checked on run
     stand_ins = [np.zeros(o.shape, dtype=bool) if o.dtype.kind == "b" else o for o in operands]
     try:
         target = indexed_shape(t.shape, template, stand_ins)
