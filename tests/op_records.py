@@ -336,6 +336,8 @@ _UNARY: dict[str, tuple[Any, Gen, float]] = {
 }
 for _name, (_ref, _gen, _tol) in _UNARY.items():
     RECORDS.append(_rec(_name, 1, getattr(ert, _name), _ref, ALL, UNARY_SHAPES, _gen, _tol))
+
+
 def rand_unit(rng: np.random.Generator, shape: Shape, dtype: np.dtype[Any]) -> np.ndarray:
     """Floats inside (-1, 1): where acos, asin and atanh are finite."""
     if dtype.kind == "c":
@@ -373,7 +375,11 @@ _UNARY_API: dict[str, tuple[Any, Gen, Sequence[np.dtype[Any]]]] = {
     "isnan": (np.isnan, rand_default, ALL),
     "conj": (np.conjugate, rand_default, _NUMERIC),
     "real": (np.real, rand_default, _NUMERIC),
-    "imag": (lambda x: np.imag(x) if np.iscomplexobj(x) else np.zeros_like(x), rand_default, _NUMERIC),
+    "imag": (
+        lambda x: np.imag(x) if np.iscomplexobj(x) else np.zeros_like(x),
+        rand_default,
+        _NUMERIC,
+    ),
     "reciprocal": (lambda x: np.divide(1.0, x), rand_nonzero, _NUMERIC),
     "bitwise_invert": (np.invert, rand_default, _INTEGRAL),
 }
