@@ -200,6 +200,20 @@ def test_creation_takes_device(device: Any) -> None:
         ert.zeros(2, device="no-such-device")
 
 
+def test_creation_on_another_device(manual_device: Any) -> None:
+    made = ert.full((2,), 3.0, device=manual_device.name)
+    assert made.device is manual_device
+    moved = ert.asarray(ert.arange(3), device=manual_device)
+    assert moved.device is manual_device
+    like = ert.zeros_like(ert.ones(2), device=manual_device)
+    assert like.device is manual_device
+    with pytest.raises(ert.ArgumentError):
+        ert.asarray(ert.arange(3), device=manual_device, copy=False)
+    manual_device.run_all()
+    assert moved.numpy().tolist() == [0, 1, 2]
+    assert made.numpy().tolist() == [3.0, 3.0]
+
+
 def test_asarray_copy_semantics() -> None:
     a = np.arange(4.0)
     assert np.shares_memory(ert.asarray(a).numpy(), a)
