@@ -35,6 +35,7 @@ import numpy as np
 
 from .._core.config import config
 from .._core.errors import ArgumentError
+from .._core.forking import renew_after_fork
 from ..tensor import Tensor
 from ._rules import as_float, normalize_axis, ufunc_dtype
 from .elementwise import scaled_cost
@@ -249,28 +250,90 @@ def _conv2d_kernel(
         outs = out.reshape(g.n, g.groups, og, g.h * g.w)
         for gi in range(g.groups):
             np.matmul(wmat[gi], xs[:, gi], out=outs[:, gi])
+    elif (g.sh, g.sw) == (1, 1):
+        _conv2d_stride1(x4, wmat, bias, g, out)
+        return out if x.ndim == 4 else out[0]
     else:
-        from ._numba_nn import im2col
-
-        # Blocks of output rows: im2col fills (taps, rows * wo), one BLAS matmul
-        # (og, taps) @ (taps, rows * wo) writes those rows of every out channel.
-        rows = max(1, min(g.ho, _IM2COL_BYTES // (taps * g.wo * x.itemsize)))
-        cols = np.empty((taps, rows * g.wo), x.dtype)
-        flat = out.reshape(g.n, g.o, g.ho * g.wo)
-        for ni in range(g.n):
-            for gi in range(g.groups):
-                dest = flat[ni, gi * og : (gi + 1) * og]
-                for r0 in range(0, g.ho, rows):
-                    r1 = min(g.ho, r0 + rows)
-                    block = cols[:, : (r1 - r0) * g.wo]
-                    im2col(
-                        x4[ni], block, gi * cg, (gi + 1) * cg,
-                        g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, r0, r1, g.wo,
-                    )  # fmt: skip
-                    np.matmul(wmat[gi], block, out=dest[:, r0 * g.wo : r1 * g.wo])
+        _conv2d_strided(x4, wmat, g, out)
     if bias is not None:
         out += bias.reshape(-1, 1, 1)
     return out if x.ndim == 4 else out[0]
+
+
+def _conv2d_stride1(
+    x: np.ndarray, wmat: np.ndarray, bias: np.ndarray | None, g: _Conv, out: np.ndarray
+) -> None:
+    """Stride 1: im2col from a zero-padded copy of each image, where every row
+    of the im2col matrix is one contiguous copy (twice as fast as gathering
+    with bounds checks), at the price of computing ``wp - wo`` dropped columns.
+
+    A block is a few output rows of one image or, when an image's im2col
+    matrix is small, several whole images: one BLAS call each, as large as
+    fits ``_IM2COL_BYTES`` (fewer, larger calls are what multithreaded BLAS
+    runs best, above all on a busy machine)."""
+    from ._numba_nn import im2col_rows, pad_into
+
+    hp = g.ho + g.dh * (g.kh - 1)  # the padded height the output needs
+    wp = g.wo + g.dw * (g.kw - 1)
+    og, cg = g.o // g.groups, g.c // g.groups
+    taps = cg * g.kh * g.kw
+    per_image = g.ho * wp  # im2col columns of one image
+    images = max(1, min(g.n, _IM2COL_BYTES // (taps * per_image * x.itemsize)))
+    rows = g.ho if images > 1 else max(1, min(g.ho, _IM2COL_BYTES // (taps * wp * x.itemsize)))
+    # One spare row: the last tap's run may reach (kw - 1) * dw past the plane.
+    padded = np.zeros((images, g.c, hp + 1, wp), x.dtype)
+    plane = (hp + 1) * wp
+    cols = np.empty((taps, images * rows * wp), x.dtype)
+    wide = np.empty((og, images * rows * wp), x.dtype)
+    for n0 in range(0, g.n, images):
+        n1 = min(g.n, n0 + images)
+        for k in range(n1 - n0):  # the zero border stays from np.zeros
+            pad_into(x[n0 + k], padded[k], g.ph, g.pw)
+        for gi in range(g.groups):
+            w_g = wmat[gi]
+            b_g = None if bias is None else bias[gi * og : (gi + 1) * og].reshape(og, 1, 1)
+            for r0 in range(0, g.ho, rows):
+                r1 = min(g.ho, r0 + rows)
+                span = (r1 - r0) * wp
+                for k in range(n1 - n0):
+                    im2col_rows(
+                        padded[k].reshape(-1), cols[:, k * span : (k + 1) * span],
+                        gi * cg, (gi + 1) * cg, plane, wp,
+                        g.kh, g.kw, g.dh, g.dw, r0 * wp, span,
+                    )  # fmt: skip
+                n_cols = (n1 - n0) * span
+                res = wide[:, :n_cols]
+                np.matmul(w_g, cols[:, :n_cols], out=res)
+                valid = res.reshape(og, n1 - n0, r1 - r0, wp)[..., : g.wo].transpose(1, 0, 2, 3)
+                dest = out[n0:n1, gi * og : (gi + 1) * og, r0:r1]
+                if b_g is None:
+                    np.copyto(dest, valid)
+                else:  # the bias rides along with the copy that drops extra columns
+                    np.add(valid, b_g, out=dest)
+
+
+def _conv2d_strided(x: np.ndarray, wmat: np.ndarray, g: _Conv, out: np.ndarray) -> None:
+    """Any stride: im2col gathers each output pixel's taps (zeros in the padding)."""
+    from ._numba_nn import im2col
+
+    og, cg = g.o // g.groups, g.c // g.groups
+    taps = cg * g.kh * g.kw
+    # Blocks of output rows: im2col fills (taps, rows * wo), one BLAS matmul
+    # (og, taps) @ (taps, rows * wo) writes those rows of every out channel.
+    rows = max(1, min(g.ho, _IM2COL_BYTES // (taps * g.wo * x.itemsize)))
+    cols = np.empty((taps, rows * g.wo), x.dtype)
+    flat = out.reshape(g.n, g.o, g.ho * g.wo)
+    for ni in range(g.n):
+        for gi in range(g.groups):
+            dest = flat[ni, gi * og : (gi + 1) * og]
+            for r0 in range(0, g.ho, rows):
+                r1 = min(g.ho, r0 + rows)
+                block = cols[:, : (r1 - r0) * g.wo]
+                im2col(
+                    x[ni], block, gi * cg, (gi + 1) * cg,
+                    g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, r0, r1, g.wo,
+                )  # fmt: skip
+                np.matmul(wmat[gi], block, out=dest[:, r0 * g.wo : r1 * g.wo])
 
 
 _conv2d = define_op(
@@ -1242,6 +1305,16 @@ def _sdpa_cost(
 #: block stays in cache from its first matmul through softmax to the second.
 _SCORE_BLOCK = 1 << 18
 
+#: OpenBLAS runs a matrix product of at most this many m*n*k on the calling
+#: thread; above it, every call wakes its thread pool. Attention's products are
+#: small (128x64x128 per head): pool wake-ups cost more than they save, and on
+#: a busy machine a preempted pool thread stalls the call (measured 1.6 ms on
+#: one thread vs 2.4 ms quiet / 11 ms busy through the pool, for 96 heads).
+_BLAS_ONE_THREAD = 1 << 18
+
+#: Attention with at least this many flops splits its heads over two threads.
+_SPLIT_FLOPS = 2e7
+
 
 def _as_batch(x: np.ndarray, batch: Shape, repeat: int) -> np.ndarray:
     """``x`` broadcast over ``batch`` as one (B, rows, cols) array (copied only
@@ -1250,6 +1323,86 @@ def _as_batch(x: np.ndarray, batch: Shape, repeat: int) -> np.ndarray:
         x = np.repeat(x, repeat, axis=-3)
     x = np.broadcast_to(x, (*batch, *x.shape[-2:]))
     return x.reshape(-1, *x.shape[-2:])
+
+
+def _view(a: np.ndarray, shape: Shape) -> np.ndarray:
+    """``a`` reshaped without a copy (raises if that is impossible: an ``out=``
+    must be the real memory)."""
+    v = a.view()
+    v.shape = shape
+    return v
+
+
+def _one_thread_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[:] = a @ b`` for (B, m, k) @ (B, k, n), in row chunks small enough
+    that OpenBLAS computes each product on this thread (see _BLAS_ONE_THREAD)."""
+    batch, m, k = a.shape
+    n = b.shape[2]
+    rows = max(1, _BLAS_ONE_THREAD // (k * n))
+    if rows >= m:
+        np.matmul(a, b, out=out)
+        return
+    full = m - m % rows
+    # (B, chunks, rows, k) @ (B, 1, k, n): numpy loops over the chunks in C.
+    np.matmul(
+        _view(a[:, :full], (batch, full // rows, rows, k)),
+        b[:, None],
+        out=_view(out[:, :full], (batch, full // rows, rows, n)),
+    )
+    if full < m:
+        np.matmul(a[:, full:], b, out=out[:, full:])
+
+
+_helpers: Any = None  # a thread pool for kernels that split their work in two
+
+
+def _helper_pool() -> Any:
+    global _helpers
+    if _helpers is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _helpers = ThreadPoolExecutor(1, thread_name_prefix="eagerrt-nn")
+    return _helpers
+
+
+renew_after_fork(__name__, "_helpers", lambda: None)  # a forked child starts its own
+
+
+def _attend(
+    qb: np.ndarray,
+    kb: np.ndarray,
+    vb: np.ndarray,
+    masks: np.ndarray | None,
+    out: np.ndarray,
+    scale: float,
+    is_causal: bool,
+    b0: int,
+    b1: int,
+) -> None:
+    """Attention for (batch, head) pairs [b0, b1), block by block: scores =
+    q @ k^T, the fused softmax in place (numba), out = probabilities @ v."""
+    from ._numba_nn import attention_softmax
+
+    _, length, _ = qb.shape
+    source = kb.shape[1]
+    dtype = qb.dtype
+    step = max(1, _SCORE_BLOCK // max(1, length * source))
+    scores = np.empty((min(b1 - b0, step), length, source), dtype)
+    neg_inf = dtype.type(-np.inf)
+    for c0 in range(b0, b1, step):
+        c1 = min(b1, c0 + step)
+        s = scores[: c1 - c0]
+        _one_thread_matmul(qb[c0:c1], kb[c0:c1].transpose(0, 2, 1), s)
+        factor = scale
+        if masks is not None:
+            s *= dtype.type(scale)
+            factor = 1.0
+            if masks.dtype == np.bool_:
+                np.copyto(s, neg_inf, where=~masks[c0:c1])
+            else:
+                s += masks[c0:c1]
+        attention_softmax(s, factor, is_causal)
+        _one_thread_matmul(s, vb[c0:c1], out[c0:c1])
 
 
 def _sdpa_kernel(
@@ -1262,8 +1415,6 @@ def _sdpa_kernel(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> np.ndarray:
-    from ._numba_nn import attention_softmax
-
     g = _attention_geometry(q, k, v, mask, is_causal, enable_gqa)
     qb = _as_batch(q, g.batch, 1)
     kb = _as_batch(k, g.batch, g.kv_repeat)
@@ -1275,25 +1426,19 @@ def _sdpa_kernel(
     if mask is not None:  # a broadcast view: blocks read it without a copy
         masks = np.broadcast_to(mask, (*g.batch, g.length, g.source))
         masks = masks.reshape(n, g.length, g.source)
-    step = max(1, _SCORE_BLOCK // max(1, g.length * g.source))
-    scores = np.empty((min(n, step), g.length, g.source), q.dtype)
-    neg_inf = q.dtype.type(-np.inf)
-    # Per block: scores = q @ k^T (BLAS), the fused softmax in place (numba),
-    # out = probabilities @ v (BLAS).
-    for b0 in range(0, n, step):
-        b1 = min(n, b0 + step)
-        s = scores[: b1 - b0]
-        np.matmul(qb[b0:b1], kb[b0:b1].transpose(0, 2, 1), out=s)
-        factor = scale
-        if masks is not None:
-            s *= q.dtype.type(scale)
-            factor = 1.0
-            if masks.dtype == np.bool_:
-                np.copyto(s, neg_inf, where=~masks[b0:b1])
-            else:
-                s += masks[b0:b1]
-        attention_softmax(s, factor, is_causal)
-        np.matmul(s, vb[b0:b1], out=out[b0:b1])
+    args = (qb, kb, vb, masks, out, scale, is_causal)
+    flops = 2.0 * n * g.length * g.source * (g.embed + g.value_embed)
+    if n >= 2 and flops >= _SPLIT_FLOPS and config.num_threads >= 2:
+        # Heads are independent: half on a helper thread, half here (BLAS on
+        # one thread each, numba's softmax releases the GIL).
+        half = n // 2
+        other = _helper_pool().submit(_attend, *args, half, n)
+        try:
+            _attend(*args, 0, half)
+        finally:
+            other.result()
+    else:
+        _attend(*args, 0, n)
     return out.reshape(*g.batch, g.length, g.value_embed)
 
 
