@@ -290,6 +290,19 @@ def test_conv2d_large_blocks_and_workers() -> None:
     close(got, ref_conv2d(x, w, b, (1, 2), (1, 1, 1, 1), (1, 1), 1), scale=10)
 
 
+@pytest.mark.parametrize(
+    "xs, ws",
+    [
+        ((3, 64, 10, 9), (64, 64, 3, 3)),  # column strips (and a remainder) on two threads
+        ((2, 128, 5, 4), (64, 128, 3, 3)),  # a larger weight: multithreaded BLAS
+    ],
+)
+def test_conv2d_product_strategies(xs: tuple[int, ...], ws: tuple[int, ...]) -> None:
+    x, w, b = rand(*xs), rand(*ws) * 0.1, rand(ws[0])
+    got = ert.conv2d(x, w, b, padding=1)
+    close(got, ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1), scale=20)
+
+
 async def _await(t: ert.Tensor) -> np.ndarray:
     return await t
 

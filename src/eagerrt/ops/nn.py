@@ -223,11 +223,6 @@ def _conv2d_cost(
     return _flop_cost(2.0 * math.prod(shape) * taps, math.prod(shape) / w.shape[0] * taps)
 
 
-#: The im2col block aims at about this many bytes, so it stays in the L2 cache
-#: while the matmul reads it right after it is written.
-_IM2COL_BYTES = 1 << 20
-
-
 def _conv2d_kernel(
     x: np.ndarray,
     weight: np.ndarray,
@@ -267,26 +262,86 @@ def _conv2d_stride1(
     of the im2col matrix is one contiguous copy (twice as fast as gathering
     with bounds checks), at the price of computing ``wp - wo`` dropped columns.
 
-    A block is a few output rows of one image or, when an image's im2col
-    matrix is small, several whole images: one BLAS call each, as large as
-    fits ``_IM2COL_BYTES`` (fewer, larger calls are what multithreaded BLAS
-    runs best, above all on a busy machine)."""
+    When the weight matrix is small, the products run as column strips small
+    enough for OpenBLAS to keep on the calling thread, and the images are split
+    over two threads (im2col included). Otherwise each BLAS call covers as many
+    images as fit ``_IM2COL_POOL_BYTES``: multithreaded BLAS runs best with few
+    large calls, above all on a busy machine.
+    """
+    og, taps = wmat.shape[1:]
+    thin = og * taps * _THIN_COLS <= _BLAS_ONE_THREAD
+    if thin and g.n >= 2 and config.num_threads >= 2:
+        half = g.n // 2
+        other = _helper_pool().submit(
+            _conv2d_stride1_images, x, wmat, bias, g, out, half, g.n, True
+        )
+        try:
+            _conv2d_stride1_images(x, wmat, bias, g, out, 0, half, True)
+        finally:
+            other.result()
+    else:
+        _conv2d_stride1_images(x, wmat, bias, g, out, 0, g.n, thin)
+
+
+#: im2col block sizes: about an L2 cache for single-threaded products; larger
+#: for multithreaded BLAS, whose every call wakes (and waits for) its pool.
+_IM2COL_BYTES = 1 << 20
+_IM2COL_POOL_BYTES = 1 << 25
+#: The narrowest column strip worth a BLAS call of its own.
+_THIN_COLS = 8
+
+
+def _thin_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[:] = a @ b`` (2-d; ``b`` and ``out`` may be column slices) as
+    column strips of at most _BLAS_ONE_THREAD m*n*k, one numpy call."""
+    m, k = a.shape
+    n = b.shape[1]
+    # A multiple of 8 columns: 77 GFLOP/s at 8 or 16 vs 59 at 14 (64x576 here).
+    width = max(_THIN_COLS, _BLAS_ONE_THREAD // (m * k) // 8 * 8)
+    strips = n // width
+    if strips > 1:
+        item = b.itemsize
+        as_strided = np.lib.stride_tricks.as_strided
+        # (strips, k, width) @ -> (strips, m, width): views on the same memory.
+        bs = as_strided(b, (strips, k, width), (width * item, b.strides[0], item), writeable=False)
+        os_ = as_strided(out, (strips, m, width), (width * item, out.strides[0], item))
+        np.matmul(a, bs, out=os_)
+        done = strips * width
+        if done < n:
+            np.matmul(a, b[:, done:], out=out[:, done:])
+    else:
+        np.matmul(a, b, out=out)
+
+
+def _conv2d_stride1_images(
+    x: np.ndarray,
+    wmat: np.ndarray,
+    bias: np.ndarray | None,
+    g: _Conv,
+    out: np.ndarray,
+    n_start: int,
+    n_stop: int,
+    thin: bool,
+) -> None:
+    """Images [n_start, n_stop) of :func:`_conv2d_stride1`."""
     from ._numba_nn import im2col_rows, pad_into
 
     hp = g.ho + g.dh * (g.kh - 1)  # the padded height the output needs
     wp = g.wo + g.dw * (g.kw - 1)
     og, cg = g.o // g.groups, g.c // g.groups
     taps = cg * g.kh * g.kw
-    per_image = g.ho * wp  # im2col columns of one image
-    images = max(1, min(g.n, _IM2COL_BYTES // (taps * per_image * x.itemsize)))
-    rows = g.ho if images > 1 else max(1, min(g.ho, _IM2COL_BYTES // (taps * wp * x.itemsize)))
+    budget = _IM2COL_BYTES if thin else _IM2COL_POOL_BYTES
+    count = n_stop - n_start
+    images = max(1, min(count, budget // (taps * g.ho * wp * x.itemsize)))
+    rows = g.ho if images > 1 else max(1, min(g.ho, budget // (taps * wp * x.itemsize)))
+    matmul = _thin_matmul if thin else np.matmul
     # One spare row: the last tap's run may reach (kw - 1) * dw past the plane.
     padded = np.zeros((images, g.c, hp + 1, wp), x.dtype)
     plane = (hp + 1) * wp
     cols = np.empty((taps, images * rows * wp), x.dtype)
     wide = np.empty((og, images * rows * wp), x.dtype)
-    for n0 in range(0, g.n, images):
-        n1 = min(g.n, n0 + images)
+    for n0 in range(n_start, n_stop, images):
+        n1 = min(n_stop, n0 + images)
         for k in range(n1 - n0):  # the zero border stays from np.zeros
             pad_into(x[n0 + k], padded[k], g.ph, g.pw)
         for gi in range(g.groups):
@@ -303,7 +358,7 @@ def _conv2d_stride1(
                     )  # fmt: skip
                 n_cols = (n1 - n0) * span
                 res = wide[:, :n_cols]
-                np.matmul(w_g, cols[:, :n_cols], out=res)
+                matmul(w_g, cols[:, :n_cols], out=res)
                 valid = res.reshape(og, n1 - n0, r1 - r0, wp)[..., : g.wo].transpose(1, 0, 2, 3)
                 dest = out[n0:n1, gi * og : (gi + 1) * og, r0:r1]
                 if b_g is None:
@@ -1305,12 +1360,13 @@ def _sdpa_cost(
 #: block stays in cache from its first matmul through softmax to the second.
 _SCORE_BLOCK = 1 << 18
 
-#: OpenBLAS runs a matrix product of at most this many m*n*k on the calling
-#: thread; above it, every call wakes its thread pool. Attention's products are
+#: OpenBLAS runs a matrix product of up to about this many m*n*k on the calling
+#: thread (measured here: no pool thread ran for 64x64x128 or 64x576x16;
+#: its source's floor is 4 * 65536); above it, every call wakes its thread pool. Attention's products are
 #: small (128x64x128 per head): pool wake-ups cost more than they save, and on
 #: a busy machine a preempted pool thread stalls the call (measured 1.6 ms on
 #: one thread vs 2.4 ms quiet / 11 ms busy through the pool, for 96 heads).
-_BLAS_ONE_THREAD = 1 << 18
+_BLAS_ONE_THREAD = 1 << 19
 
 #: Attention with at least this many flops splits its heads over two threads.
 _SPLIT_FLOPS = 2e7
