@@ -1211,7 +1211,7 @@ for _target in ALL:
         _rec(
             f"astype({_target})",
             1,
-            lambda x, d=_target: ert.astype(x, dtype=d),
+            lambda x, d=_target: ert.astype(x, d),
             lambda x, d=_target: x.astype(d),
             # complex -> real casts warn (ComplexWarning) in numpy
             ALL if _target.kind == "c" else ALL_REAL,

@@ -680,7 +680,7 @@ _CALL_ERRORS: list[tuple[str, Callable[[], Any], type[Exception]]] = [
     ("arange dtype", lambda: ert.arange(3, dtype="nope"), ert.DTypeError),
     ("linspace dtype", lambda: ert.linspace(0, 1, 3, dtype="nope"), ert.DTypeError),
     ("zeros_like dtype", lambda: ert.zeros_like(_t(2), dtype="nope"), ert.DTypeError),
-    ("astype dtype", lambda: ert.astype(_t(2), dtype="nope"), ert.DTypeError),
+    ("astype dtype", lambda: ert.astype(_t(2), "nope"), ert.DTypeError),
     ("t.astype dtype", lambda: _t(2).astype("nope"), ert.DTypeError),
     ("asarray dtype", lambda: ert.asarray([1, 2], dtype="nope"), ert.DTypeError),
     ("asarray of strings", lambda: ert.asarray(["a", "b"]), ert.DTypeError),

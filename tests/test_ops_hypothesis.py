@@ -395,7 +395,7 @@ def test_astype(x: np.ndarray, target: np.dtype[Any]) -> None:
         info = np.iinfo(target)
         assume(x.size == 0 or (x.min() >= info.min and x.max() <= info.max))
     check_result(
-        ert.astype(ert.asarray(x), dtype=target),
+        ert.astype(ert.asarray(x), target),
         x.astype(target),
         1,
         f"astype({x.dtype}{list(x.shape)}, {target})",

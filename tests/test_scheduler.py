@@ -205,7 +205,7 @@ def test_two_independent_heavy_branches_run_on_workers_concurrently() -> None:
 def _workload(data: np.ndarray) -> list[ert.Tensor]:
     x = ert.asarray(data)
     h = ert.relu(x @ x.T - 1.0)
-    return [h, ert.exp(-h).sum(axis=1), ert.softmax(h, axis=-1), ert.astype(x * 3, dtype="float32")]
+    return [h, ert.exp(-h).sum(axis=1), ert.softmax(h, axis=-1), ert.astype(x * 3, "float32")]
 
 
 def test_sync_mode_makes_every_op_ready_at_call_with_identical_results(gate) -> None:

@@ -254,7 +254,7 @@ def test_ops_do_not_write_to_inputs() -> None:
         ert.relu(t),
         ert.clip(t, -1.0, 1.0),
         ert.round(t, decimals=1),
-        ert.astype(t, dtype="float32"),
+        ert.astype(t, "float32"),
         ert.take(t, ert.asarray([1, 0])),
         ert.concat([t, t]),
     ):
@@ -490,7 +490,7 @@ def test_metadata_is_known_while_pending(gate_event: threading.Event) -> None:
     results = {
         "sum": t.sum(axis=1, keepdims=True),
         "matmul": t @ ert.ones((3, 5), dtype="float32"),
-        "astype": ert.astype(t, dtype="int8"),
+        "astype": ert.astype(t, "int8"),
         "getitem": t[:, None, 0],
         "T": t.T,
         "mul": t * 2,

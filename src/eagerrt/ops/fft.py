@@ -28,8 +28,7 @@ from .._core.errors import ArgumentError
 from ..devices.base import Device
 from ..tensor import Tensor
 from ._rules import normalize_axes, normalize_axis, to_dtype
-from .linalg import front_of
-from .registry import GENERIC, Op, define_op
+from .registry import GENERIC, Op, define_op, exposes
 
 __all__: list[str] = []  # nothing for the main namespace; see eagerrt.fft
 
@@ -216,7 +215,7 @@ _rfftn = _nd_op("rfftn", "r2c", np.fft.rfftn)
 _irfftn = _nd_op("irfftn", "c2r", np.fft.irfftn)
 
 
-@front_of(_fft)
+@exposes(_fft)
 def fft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Tensor:
     """The discrete Fourier transform along ``axis``, of length ``n`` (``x``
     cropped or zero-padded; by default the axis' size). ``norm``: "backward"
@@ -229,7 +228,7 @@ def fft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backwar
     return _fft(x, n=n, axis=axis, norm=norm)
 
 
-@front_of(_ifft)
+@exposes(_ifft)
 def ifft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Tensor:
     """The inverse of :func:`fft` (scaled by 1/n with the default ``norm``).
 
@@ -240,7 +239,7 @@ def ifft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backwa
     return _ifft(x, n=n, axis=axis, norm=norm)
 
 
-@front_of(_rfft)
+@exposes(_rfft)
 def rfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Tensor:
     """The transform of real input: only the n // 2 + 1 non-negative frequencies.
 
@@ -251,7 +250,7 @@ def rfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backwa
     return _rfft(x, n=n, axis=axis, norm=norm)
 
 
-@front_of(_irfft)
+@exposes(_irfft)
 def irfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Tensor:
     """The inverse of :func:`rfft`: a real signal of length ``n`` (by default
     2 * (m - 1) for m frequencies) from its non-negative frequencies.
@@ -263,7 +262,7 @@ def irfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backw
     return _irfft(x, n=n, axis=axis, norm=norm)
 
 
-@front_of(_hfft)
+@exposes(_hfft)
 def hfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Tensor:
     """The transform of a signal with Hermitian symmetry, given by its first half:
     a real spectrum of length ``n`` (by default 2 * (m - 1)).
@@ -275,7 +274,7 @@ def hfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backwa
     return _hfft(x, n=n, axis=axis, norm=norm)
 
 
-@front_of(_ihfft)
+@exposes(_ihfft)
 def ihfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Tensor:
     """The inverse of :func:`hfft`: the first half of a Hermitian signal from a
     real spectrum.
@@ -287,7 +286,7 @@ def ihfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backw
     return _ihfft(x, n=n, axis=axis, norm=norm)
 
 
-@front_of(_fftn)
+@exposes(_fftn)
 def fftn(
     x: Any,
     /,
@@ -307,7 +306,7 @@ def fftn(
     return _fftn(x, s=s, axes=axes, norm=norm)
 
 
-@front_of(_ifftn)
+@exposes(_ifftn)
 def ifftn(
     x: Any,
     /,
@@ -326,7 +325,7 @@ def ifftn(
     return _ifftn(x, s=s, axes=axes, norm=norm)
 
 
-@front_of(_rfftn)
+@exposes(_rfftn)
 def rfftn(
     x: Any,
     /,
@@ -345,7 +344,7 @@ def rfftn(
     return _rfftn(x, s=s, axes=axes, norm=norm)
 
 
-@front_of(_irfftn)
+@exposes(_irfftn)
 def irfftn(
     x: Any,
     /,
@@ -386,7 +385,7 @@ _freq = define_op("fft.fftfreq", _freq_rule, cost=_copy_cost, doc="Sample freque
 _freq.register_kernel(GENERIC, _freq_kernel)
 
 
-@front_of(_freq)
+@exposes(_freq)
 def fftfreq(
     n: int, /, *, d: float = 1.0, dtype: Any = None, device: str | Device | None = None
 ) -> Tensor:
@@ -401,7 +400,7 @@ def fftfreq(
     return _freq(n=n, d=d, dtype=dtype, half=False, device=device)
 
 
-@front_of(_freq)
+@exposes(_freq)
 def rfftfreq(
     n: int, /, *, d: float = 1.0, dtype: Any = None, device: str | Device | None = None
 ) -> Tensor:
@@ -429,7 +428,7 @@ _shift = define_op("fft.fftshift", _shift_rule, cost=_copy_cost, operands=1, doc
 _shift.register_kernel(GENERIC, _shift_kernel)
 
 
-@front_of(_shift)
+@exposes(_shift)
 def fftshift(x: Any, /, *, axes: int | Sequence[int] | None = None) -> Tensor:
     """Roll the zero frequency to the middle of ``axes`` (default: all).
 
@@ -440,7 +439,7 @@ def fftshift(x: Any, /, *, axes: int | Sequence[int] | None = None) -> Tensor:
     return _shift(x, axes=axes, inverse=False)
 
 
-@front_of(_shift)
+@exposes(_shift)
 def ifftshift(x: Any, /, *, axes: int | Sequence[int] | None = None) -> Tensor:
     """The inverse of :func:`fftshift` (they differ for odd lengths).
 

@@ -25,7 +25,7 @@ from .._core.config import config
 from .._core.errors import ShapeError
 from ..tensor import Tensor
 from ._rules import broadcast_shapes, normalize_axis, ufunc_dtype
-from .registry import GENERIC, Op, define_op
+from .registry import GENERIC, define_op, exposes
 
 __all__ = ["matmul", "matrix_transpose", "tensordot", "vecdot"]
 
@@ -63,18 +63,6 @@ def _matmul_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, a: Tensor, b: 
 
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def front_of(op: Op) -> Callable[[F], F]:
-    """Mark a public function with the standard's signature as the front of
-    ``op``: ``fn.op`` is the op (to give it device kernels), ``fn.name`` its name."""
-
-    def mark(fn: F) -> F:
-        setattr(fn, "op", op)  # noqa: B010 - functions get attributes this way for mypy
-        setattr(fn, "name", op.name)  # noqa: B010
-        return fn
-
-    return mark
 
 
 matmul = define_op(
@@ -159,7 +147,7 @@ _tensordot = define_op(
 _tensordot.register_kernel(GENERIC, lambda a, b, axes=2: np.tensordot(a, b, axes=axes))
 
 
-@front_of(_tensordot)
+@exposes(_tensordot)
 def tensordot(
     x1: Any, x2: Any, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2
 ) -> Tensor:
@@ -240,7 +228,7 @@ def _vecdot_kernel(x1: Any, x2: Any, axis: int = -1) -> Any:
     return np.asarray(np.vecdot(np.moveaxis(x1, ax, -1), np.moveaxis(x2, ax, -1)))
 
 
-@front_of(_vecdot)
+@exposes(_vecdot)
 def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Tensor:
     """The dot product of the vectors along ``axis`` (counted from the end), with
     the other dimensions broadcast; complex ``x1`` is conjugated, as the standard
@@ -272,7 +260,7 @@ _matrix_transpose = define_op(
 _matrix_transpose.register_kernel(GENERIC, np.matrix_transpose)
 
 
-@front_of(_matrix_transpose)
+@exposes(_matrix_transpose)
 def matrix_transpose(x: Any, /) -> Tensor:
     """``x`` with its last two axes swapped (a view): a stack of transposed matrices.
 

@@ -38,8 +38,8 @@ from .._core.config import config
 from .._core.errors import ArgumentError
 from ..tensor import Tensor
 from ._rules import broadcast_shapes, normalize_axes, to_dtype, ufunc_dtype
-from .linalg import contracted_axis, contracted_shape, front_of
-from .registry import GENERIC, Op, define_op
+from .linalg import contracted_axis, contracted_shape
+from .registry import GENERIC, Op, define_op, exposes
 
 __all__: list[str] = []  # nothing for the main namespace; see eagerrt.linalg
 
@@ -246,7 +246,7 @@ _cholesky = _linalg_op(
 )
 
 
-@front_of(_cholesky)
+@exposes(_cholesky)
 def cholesky(x: Any, /, *, upper: bool = False) -> Tensor:
     """The Cholesky factor ``L`` with ``x == L @ L^H`` (``U`` with ``x == U^H @ U``
     when ``upper``); a matrix that is not positive definite fails on read.
@@ -273,7 +273,7 @@ _det = _linalg_op(
 )
 
 
-@front_of(_det)
+@exposes(_det)
 def det(x: Any, /) -> Tensor:
     """The determinant of each square matrix.
 
@@ -303,7 +303,7 @@ _slogdet = _linalg_op(
 )
 
 
-@front_of(_slogdet)
+@exposes(_slogdet)
 def slogdet(x: Any, /) -> SlogdetResult:
     """The sign and the natural log of the absolute value of each determinant,
     which does not overflow where ``det`` would.
@@ -335,7 +335,7 @@ _eigh = _linalg_op(
 )
 
 
-@front_of(_eigh)
+@exposes(_eigh)
 def eigh(x: Any, /) -> EighResult:
     """Eigenvalues (real, ascending) and eigenvectors (as columns) of Hermitian
     or real symmetric matrices; only the lower triangle is read.
@@ -364,7 +364,7 @@ _eigvalsh = _linalg_op(
 )
 
 
-@front_of(_eigvalsh)
+@exposes(_eigvalsh)
 def eigvalsh(x: Any, /) -> Tensor:
     """The eigenvalues of Hermitian matrices, real and ascending.
 
@@ -385,7 +385,7 @@ _inv = _linalg_op(
 )
 
 
-@front_of(_inv)
+@exposes(_inv)
 def inv(x: Any, /) -> Tensor:
     """The inverse of each square matrix; a singular one fails on read.
 
@@ -421,7 +421,7 @@ _qr = _linalg_op(
 )
 
 
-@front_of(_qr)
+@exposes(_qr)
 def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
     """``x == Q @ R`` with orthonormal columns in ``Q`` and upper-triangular ``R``:
     ``Q`` is m x k and ``R`` k x n, k = min(m, n) (``mode="reduced"``) or m
@@ -462,7 +462,7 @@ _svd = _linalg_op(
 )
 
 
-@front_of(_svd)
+@exposes(_svd)
 def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
     """``x == U @ (S[..., None] * Vh)``: singular values ``S`` (real, descending)
     and unitary ``U``, ``Vh``; square ones when ``full_matrices``, else only the
@@ -492,7 +492,7 @@ _svdvals = _linalg_op(
 )
 
 
-@front_of(_svdvals)
+@exposes(_svdvals)
 def svdvals(x: Any, /) -> Tensor:
     """The singular values of each matrix, descending.
 
@@ -538,7 +538,7 @@ _solve = _linalg_op(
 )
 
 
-@front_of(_solve)
+@exposes(_solve)
 def solve(x1: Any, x2: Any, /) -> Tensor:
     """The ``y`` with ``x1 @ y == x2`` for square ``x1``. ``x2`` is a vector when
     1-d, else a stack of matrices whose batch broadcasts against ``x1``'s. A
@@ -603,7 +603,7 @@ _matrix_rank = _linalg_op(
 )
 
 
-@front_of(_matrix_rank)
+@exposes(_matrix_rank)
 def matrix_rank(x: Any, /, *, rtol: float | Any | None = None) -> Tensor:
     """The number of singular values above ``rtol`` times the largest one, per
     matrix (``rtol`` defaults to max(m, n) * eps and may be a tensor that
@@ -643,7 +643,7 @@ _pinv = _linalg_op(
 )
 
 
-@front_of(_pinv)
+@exposes(_pinv)
 def pinv(x: Any, /, *, rtol: float | Any | None = None) -> Tensor:
     """The Moore-Penrose pseudo-inverse (n x m for an m x n matrix), treating
     singular values at most ``rtol`` times the largest as zero (``rtol``: as for
@@ -689,7 +689,7 @@ _matrix_power = _linalg_op(
 )
 
 
-@front_of(_matrix_power)
+@exposes(_matrix_power)
 def matrix_power(x: Any, n: int, /) -> Tensor:
     """``x`` multiplied by itself ``n`` times (the identity for 0, powers of the
     inverse for negative ``n``).
@@ -741,7 +741,7 @@ _matrix_norm = _linalg_op(
 )
 
 
-@front_of(_matrix_norm)
+@exposes(_matrix_norm)
 def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: float | str | None = "fro") -> Tensor:
     """The norm of each matrix: ``"fro"`` (Frobenius), ``"nuc"`` (nuclear),
     1 / -1 (max / min column sum), inf / -inf (row sums), 2 / -2 (singular values).
@@ -784,7 +784,7 @@ _vector_norm = _linalg_op(
 )
 
 
-@front_of(_vector_norm)
+@exposes(_vector_norm)
 def vector_norm(
     x: Any,
     /,
@@ -819,7 +819,7 @@ _outer = _linalg_op(
 )
 
 
-@front_of(_outer)
+@exposes(_outer)
 def outer(x1: Any, x2: Any, /) -> Tensor:
     """``x1[:, None] * x2[None, :]`` for 1-d ``x1`` and ``x2``.
 
@@ -853,7 +853,7 @@ _cross = _linalg_op(
 )
 
 
-@front_of(_cross)
+@exposes(_cross)
 def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Tensor:
     """The cross product of 3-element vectors along ``axis`` (counted from the
     end, as for :func:`~eagerrt.vecdot`), the other dimensions broadcast.
@@ -883,7 +883,7 @@ _diagonal = _linalg_op(
 )
 
 
-@front_of(_diagonal)
+@exposes(_diagonal)
 def diagonal(x: Any, /, *, offset: int = 0) -> Tensor:
     """The diagonal of each matrix (``offset`` > 0: above the main one, < 0: below).
 
@@ -913,7 +913,7 @@ def _trace_kernel(x: Any, offset: int = 0, dtype: Any = None) -> Any:
 _trace = _linalg_op("trace", _trace_rule, _trace_kernel, _copy_cost, doc="Sums of diagonals.")
 
 
-@front_of(_trace)
+@exposes(_trace)
 def trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> Tensor:
     """The sum of each matrix's diagonal (``offset`` as for :func:`diagonal`),
     accumulated in ``dtype`` (by default as ``sum`` would: small ints widen).

@@ -26,7 +26,7 @@ from .._core.config import config
 from .._core.errors import ArgumentError, DTypeError, ShapeError, UsageError
 from ..tensor import Tensor
 from ._rules import broadcast_shapes, normalize_axes, normalize_axis, shape_tuple, to_dtype
-from .registry import GENERIC, call_error, define_op, elementwise_cost
+from .registry import GENERIC, call_error, define_op, elementwise_cost, exposes
 
 __all__ = [
     "astype",
@@ -597,9 +597,29 @@ def _astype_rule(x: Any, dtype: Any, copy: bool = True) -> tuple[tuple[int, ...]
     return x.shape, to_dtype(dtype)
 
 
-astype = define_op(
+_astype = define_op(
     "astype", _astype_rule, cost=elementwise_cost, operands=1, doc="Cast to another dtype."
 )
-astype.register_kernel(GENERIC, lambda x, dtype, copy=True: x.astype(dtype, copy=copy))
+_astype.register_kernel(GENERIC, lambda x, dtype, copy=True: x.astype(dtype, copy=copy))
+
+
+@exposes(_astype)
+def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Tensor:
+    """``x`` cast to ``dtype`` (numpy's casting: floats to ints truncate); with
+    ``copy=False`` a tensor already of that dtype is returned as it is.
+    ``device=`` moves the result there.
+
+    >>> import eagerrt as ert
+    >>> ert.astype(ert.asarray([1.7, -1.7]), ert.int32).numpy().tolist()
+    [1, -1]
+    """
+    if type(x) is not Tensor:
+        from .creation import asarray
+
+        x = asarray(x)
+    same = not copy and to_dtype(dtype) == x.dtype
+    out = x if same else _astype(x, dtype=dtype, copy=copy)
+    return out if device is None else out.to(device)
+
 
 permute = permute_dims

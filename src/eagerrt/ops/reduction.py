@@ -29,7 +29,7 @@ from .._core.config import config
 from .._core.errors import ArgumentError, ShapeError, UsageError
 from ..tensor import Tensor
 from ._rules import normalize_axes, normalize_axis, to_dtype
-from .registry import GENERIC, Op, call_error, define_op
+from .registry import GENERIC, Op, call_error, define_op, exposes
 
 __all__ = [
     "all",
@@ -93,19 +93,6 @@ def _reduction_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x: Tensor, 
 def _check_out(out: Any) -> None:
     if out is not None:
         raise TypeError("out= is not supported: tensors are immutable")
-
-
-def _named(op: Op) -> Callable[[_F], _F]:
-    """Mark a public function as the front of ``op``: ``fn.op`` is the op (for
-    device kernels, and numpy's positional order) and ``fn.name`` its name (what
-    Tensor's methods read)."""
-
-    def mark(fn: _F) -> _F:
-        setattr(fn, "op", op)  # noqa: B010 - functions get attributes this way for mypy
-        setattr(fn, "name", op.name)  # noqa: B010
-        return fn
-
-    return mark
 
 
 def _reduction(
@@ -202,7 +189,7 @@ def _with_dtype(dtype: Any) -> dict[str, Any]:
     return {} if dtype is None else {"dtype": dtype}
 
 
-@_named(_sum)
+@exposes(_sum)
 def sum(
     x: Any, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = False, out: None = None
 ) -> Tensor:
@@ -217,7 +204,7 @@ def sum(
     return _reduce(_sum, x, axis, keepdims, out, **_with_dtype(dtype))
 
 
-@_named(_prod)
+@exposes(_prod)
 def prod(
     x: Any, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = False, out: None = None
 ) -> Tensor:
@@ -230,7 +217,7 @@ def prod(
     return _reduce(_prod, x, axis, keepdims, out, **_with_dtype(dtype))
 
 
-@_named(_mean)
+@exposes(_mean)
 def mean(
     x: Any, /, *, axis: Axis = None, keepdims: bool = False, dtype: Any = None, out: None = None
 ) -> Tensor:
@@ -243,7 +230,7 @@ def mean(
     return _reduce(_mean, x, axis, keepdims, out, **_with_dtype(dtype))
 
 
-@_named(_max)
+@exposes(_max)
 def max(x: Any, /, *, axis: Axis = None, keepdims: bool = False, out: None = None) -> Tensor:
     """The largest element over ``axis``; an empty selection is a ShapeError at the call.
     NaNs propagate.
@@ -255,7 +242,7 @@ def max(x: Any, /, *, axis: Axis = None, keepdims: bool = False, out: None = Non
     return _reduce(_max, x, axis, keepdims, out)
 
 
-@_named(_min)
+@exposes(_min)
 def min(x: Any, /, *, axis: Axis = None, keepdims: bool = False, out: None = None) -> Tensor:
     """The smallest element over ``axis``; an empty selection is a ShapeError at the call.
 
@@ -280,7 +267,7 @@ def _ddof(name: str, x: Any, ddof: float | None, correction: float) -> dict[str,
     return {} if isinstance(value, (int, float)) and value == 0 else {"ddof": value}
 
 
-@_named(_var)
+@exposes(_var)
 def var(
     x: Any,
     /,
@@ -304,7 +291,7 @@ def var(
     return _reduce(_var, x, axis, keepdims, out, **params)
 
 
-@_named(_std)
+@exposes(_std)
 def std(
     x: Any,
     /,
@@ -326,7 +313,7 @@ def std(
     return _reduce(_std, x, axis, keepdims, out, **params)
 
 
-@_named(_all)
+@exposes(_all)
 def all(x: Any, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """Whether every element over ``axis`` is true (nonzero; NaN counts as true).
 
@@ -337,7 +324,7 @@ def all(x: Any, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     return _reduce(_all, x, axis, keepdims)
 
 
-@_named(_any)
+@exposes(_any)
 def any(x: Any, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """Whether any element over ``axis`` is true (nonzero).
 
@@ -381,7 +368,7 @@ _cumulative_sum = _cumulative("cumulative_sum", np.cumulative_sum)
 _cumulative_prod = _cumulative("cumulative_prod", np.cumulative_prod)
 
 
-@_named(_cumulative_sum)
+@exposes(_cumulative_sum)
 def cumulative_sum(
     x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
 ) -> Tensor:
@@ -395,7 +382,7 @@ def cumulative_sum(
     return _cumulative_sum(x, axis=axis, dtype=dtype, include_initial=include_initial)
 
 
-@_named(_cumulative_prod)
+@exposes(_cumulative_prod)
 def cumulative_prod(
     x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
 ) -> Tensor:
@@ -503,7 +490,7 @@ _argmax = _arg_reduction("argmax", np.argmax)
 _argmin = _arg_reduction("argmin", np.argmin)
 
 
-@_named(_argmax)
+@exposes(_argmax)
 def argmax(
     x: Any, /, *, axis: int | None = None, keepdims: bool = False, out: None = None
 ) -> Tensor:
@@ -517,7 +504,7 @@ def argmax(
     return _reduce(_argmax, x, axis, keepdims, out)
 
 
-@_named(_argmin)
+@exposes(_argmin)
 def argmin(
     x: Any, /, *, axis: int | None = None, keepdims: bool = False, out: None = None
 ) -> Tensor:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -459,13 +459,17 @@ def _call_signature(rule: Rule, operands: int | None) -> inspect.Signature:
     return inspect.Signature(params)
 
 
-def exposes(op: Op) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator for the public function that calls ``op`` with the Array API's
-    signature: ``fn.op`` is the op (to give it device kernels), ``fn.name`` its name."""
+_F = TypeVar("_F", bound=Callable[..., Any])
 
-    def attach(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn.op = op  # type: ignore[attr-defined]
-        fn.name = op.name  # type: ignore[attr-defined]
+
+def exposes(op: Op) -> Callable[[_F], _F]:
+    """Decorator for the public function that calls ``op`` with the Array API's
+    signature: ``fn.op`` is the op (to give it device kernels, and numpy's
+    positional order), ``fn.name`` its name."""
+
+    def attach(fn: _F) -> _F:
+        setattr(fn, "op", op)  # noqa: B010 - an attribute mypy doesn't know functions have
+        setattr(fn, "name", op.name)  # noqa: B010
         return fn
 
     return attach

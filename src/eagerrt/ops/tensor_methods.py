@@ -102,7 +102,7 @@ def _transpose(self: Tensor, *axes: Any) -> Tensor:
 
 
 def _astype(self: Tensor, dtype: Any, copy: bool = True) -> Tensor:
-    return astype(self, dtype=dtype, copy=copy)
+    return astype(self, dtype, copy=copy)
 
 
 def _to_device(self: Tensor, device: str | Device, /, *, stream: Any = None) -> Tensor:
