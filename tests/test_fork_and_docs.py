@@ -64,3 +64,16 @@ def test_quickstart_demo_runs() -> None:
     assert "await -> ndarray" in out
     assert "call-time error" in out and "quickstart.py" in out
     assert "op 'take' failed" in out
+
+
+def test_array_api_example_matches_numpy() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "array_api_generic.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "namespace=eagerrt" in done.stdout
+    assert "matches numpy: True" in done.stdout and "NaNs left: 0" in done.stdout

@@ -70,3 +70,9 @@ def test_every_op_module_is_re_exported_by_eagerrt() -> None:
     missing = [name for name in ops.__all__ if not hasattr(eagerrt, name)]
     assert not missing, f"in eagerrt.ops but not in eagerrt: {missing}"
     assert set(ops.__all__) <= set(eagerrt.__all__)
+
+
+def test_elementwise_all_lists_every_ufunc_op() -> None:
+    from eagerrt.ops import elementwise
+
+    assert set(elementwise.UFUNC_OPS) | {"neg", "pow"} <= set(elementwise.__all__)
