@@ -125,6 +125,81 @@ def _flop_cost(flops: float, elements: float) -> float:
     return config.op_overhead_ns + flops * config.ns_per_flop + elements * config.ns_per_element
 
 
+# -- threads and BLAS ---------------------------------------------------------------------
+# A heavy kernel runs on one eagerrt worker. Convolution and attention split
+# their independent work (images, heads) over two threads, each calling BLAS on
+# one thread: OpenBLAS's own pool, woken by every call from every thread, loses
+# to that (measured 41 vs 102 GFLOP/s for two threads' 64x576x13k products on
+# a busy machine; its pool threads spin and stall when preempted).
+
+_blas_local_fn: Any = None
+_blas_local_looked = False
+
+
+def _blas_local() -> Any:
+    """numpy's OpenBLAS ``openblas_set_num_threads_local`` (0.3.27+: the BLAS
+    thread count of the calling thread only), or None where numpy has another
+    BLAS; then products are cut small enough to run on one thread anyway."""
+    global _blas_local_fn, _blas_local_looked
+    if not _blas_local_looked:
+        _blas_local_looked = True
+        try:
+            import ctypes
+            import glob
+            import os
+
+            libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+            for path in sorted(glob.glob(os.path.join(libs, "*openblas*"))):
+                lib = ctypes.CDLL(path)  # already loaded by numpy: the same instance
+                if hasattr(lib, "openblas_set_num_threads_local"):
+                    fn = lib.openblas_set_num_threads_local
+                    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+                    _blas_local_fn = fn
+                    break
+        except OSError:
+            _blas_local_fn = None
+    return _blas_local_fn
+
+
+def _one_blas_thread(work: Any, *args: Any) -> Any:
+    """``work(*args, single)`` with BLAS on this thread only where that can be
+    set (``single`` says whether it was)."""
+    fn = _blas_local()
+    if fn is None:
+        return work(*args, False)
+    old = fn(1)
+    try:
+        return work(*args, True)
+    finally:
+        fn(old)
+
+
+_helpers: Any = None  # a thread pool for kernels that split their work in two
+
+
+def _helper_pool() -> Any:
+    global _helpers
+    if _helpers is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _helpers = ThreadPoolExecutor(1, thread_name_prefix="eagerrt-nn")
+    return _helpers
+
+
+renew_after_fork(__name__, "_helpers", lambda: None)  # a forked child starts its own
+
+
+def _in_two(work: Any, n: int, *args: Any) -> None:
+    """``work(*args, start, stop, single)`` over [0, n), half on a helper thread
+    and half here, each with BLAS on its own thread."""
+    half = n // 2
+    other = _helper_pool().submit(_one_blas_thread, work, *args, half, n)
+    try:
+        _one_blas_thread(work, *args, 0, half)
+    finally:
+        other.result()
+
+
 # -- conv2d ------------------------------------------------------------------------------
 class _Conv(NamedTuple):
     n: int
@@ -262,25 +337,19 @@ def _conv2d_stride1(
     of the im2col matrix is one contiguous copy (twice as fast as gathering
     with bounds checks), at the price of computing ``wp - wo`` dropped columns.
 
-    When the weight matrix is small, the products run as column strips small
-    enough for OpenBLAS to keep on the calling thread, and the images are split
-    over two threads (im2col included). Otherwise each BLAS call covers as many
-    images as fit ``_IM2COL_POOL_BYTES``: multithreaded BLAS runs best with few
-    large calls, above all on a busy machine.
+    Images are split over two threads (im2col included), each with BLAS on its
+    own thread; where BLAS can't be told so, products of a small weight are cut
+    into column strips small enough that OpenBLAS keeps them on the calling
+    thread anyway. Otherwise each BLAS call covers as many images as fit
+    ``_IM2COL_POOL_BYTES``: a multithreaded BLAS runs best with few large calls,
+    above all on a busy machine.
     """
     og, taps = wmat.shape[1:]
     thin = og * taps * _THIN_COLS <= _BLAS_ONE_THREAD
-    if thin and g.n >= 2 and config.num_threads >= 2:
-        half = g.n // 2
-        other = _helper_pool().submit(
-            _conv2d_stride1_images, x, wmat, bias, g, out, half, g.n, True
-        )
-        try:
-            _conv2d_stride1_images(x, wmat, bias, g, out, 0, half, True)
-        finally:
-            other.result()
+    if g.n >= 2 and config.num_threads >= 2 and (thin or _blas_local() is not None):
+        _in_two(_conv2d_stride1_images, g.n, x, wmat, bias, g, out)
     else:
-        _conv2d_stride1_images(x, wmat, bias, g, out, 0, g.n, thin)
+        _conv2d_stride1_images(x, wmat, bias, g, out, 0, g.n, False)
 
 
 #: im2col block sizes: about an L2 cache for single-threaded products; larger
@@ -321,19 +390,22 @@ def _conv2d_stride1_images(
     out: np.ndarray,
     n_start: int,
     n_stop: int,
-    thin: bool,
+    single: bool,
 ) -> None:
-    """Images [n_start, n_stop) of :func:`_conv2d_stride1`."""
+    """Images [n_start, n_stop) of :func:`_conv2d_stride1`; ``single``: BLAS
+    runs on this thread only (else large products wake its pool)."""
     from ._numba_nn import im2col_rows, pad_into
 
     hp = g.ho + g.dh * (g.kh - 1)  # the padded height the output needs
     wp = g.wo + g.dw * (g.kw - 1)
     og, cg = g.o // g.groups, g.c // g.groups
     taps = cg * g.kh * g.kw
-    budget = _IM2COL_BYTES if thin else _IM2COL_POOL_BYTES
+    taps_bytes = taps * x.itemsize
+    thin = not single and og * taps * _THIN_COLS <= _BLAS_ONE_THREAD
+    budget = _IM2COL_BYTES if single or thin else _IM2COL_POOL_BYTES
     count = n_stop - n_start
-    images = max(1, min(count, budget // (taps * g.ho * wp * x.itemsize)))
-    rows = g.ho if images > 1 else max(1, min(g.ho, budget // (taps * wp * x.itemsize)))
+    images = max(1, min(count, budget // (taps_bytes * g.ho * wp)))
+    rows = g.ho if images > 1 else max(1, min(g.ho, budget // (taps_bytes * wp)))
     matmul = _thin_matmul if thin else np.matmul
     # One spare row: the last tap's run may reach (kw - 1) * dw past the plane.
     padded = np.zeros((images, g.c, hp + 1, wp), x.dtype)
@@ -1389,6 +1461,10 @@ def _view(a: np.ndarray, shape: Shape) -> np.ndarray:
     return v
 
 
+def _np_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    np.matmul(a, b, out=out)
+
+
 def _one_thread_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``out[:] = a @ b`` for (B, m, k) @ (B, k, n), in row chunks small enough
     that OpenBLAS computes each product on this thread (see _BLAS_ONE_THREAD)."""
@@ -1409,21 +1485,6 @@ def _one_thread_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.matmul(a[:, full:], b, out=out[:, full:])
 
 
-_helpers: Any = None  # a thread pool for kernels that split their work in two
-
-
-def _helper_pool() -> Any:
-    global _helpers
-    if _helpers is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _helpers = ThreadPoolExecutor(1, thread_name_prefix="eagerrt-nn")
-    return _helpers
-
-
-renew_after_fork(__name__, "_helpers", lambda: None)  # a forked child starts its own
-
-
 def _attend(
     qb: np.ndarray,
     kb: np.ndarray,
@@ -1434,9 +1495,12 @@ def _attend(
     is_causal: bool,
     b0: int,
     b1: int,
+    single: bool,
 ) -> None:
     """Attention for (batch, head) pairs [b0, b1), block by block: scores =
-    q @ k^T, the fused softmax in place (numba), out = probabilities @ v."""
+    q @ k^T, the fused softmax in place (numba), out = probabilities @ v.
+    ``single``: BLAS already runs on this thread only (else products are cut
+    in row chunks small enough to stay on it)."""
     from ._numba_nn import attention_softmax
 
     _, length, _ = qb.shape
@@ -1444,11 +1508,12 @@ def _attend(
     dtype = qb.dtype
     step = max(1, _SCORE_BLOCK // max(1, length * source))
     scores = np.empty((min(b1 - b0, step), length, source), dtype)
+    matmul: Any = _np_matmul if single else _one_thread_matmul
     neg_inf = dtype.type(-np.inf)
     for c0 in range(b0, b1, step):
         c1 = min(b1, c0 + step)
         s = scores[: c1 - c0]
-        _one_thread_matmul(qb[c0:c1], kb[c0:c1].transpose(0, 2, 1), s)
+        matmul(qb[c0:c1], kb[c0:c1].transpose(0, 2, 1), s)
         factor = scale
         if masks is not None:
             s *= dtype.type(scale)
@@ -1458,7 +1523,7 @@ def _attend(
             else:
                 s += masks[c0:c1]
         attention_softmax(s, factor, is_causal)
-        _one_thread_matmul(s, vb[c0:c1], out[c0:c1])
+        matmul(s, vb[c0:c1], out[c0:c1])
 
 
 def _sdpa_kernel(
@@ -1487,14 +1552,9 @@ def _sdpa_kernel(
     if n >= 2 and flops >= _SPLIT_FLOPS and config.num_threads >= 2:
         # Heads are independent: half on a helper thread, half here (BLAS on
         # one thread each, numba's softmax releases the GIL).
-        half = n // 2
-        other = _helper_pool().submit(_attend, *args, half, n)
-        try:
-            _attend(*args, 0, half)
-        finally:
-            other.result()
+        _in_two(_attend, n, *args)
     else:
-        _attend(*args, 0, n)
+        _one_blas_thread(_attend, *args, 0, n)
     return out.reshape(*g.batch, g.length, g.value_embed)
 
 
