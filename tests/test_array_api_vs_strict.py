@@ -586,6 +586,8 @@ def test_fixed_width_integers(record: Record) -> None:
 def test_iinfo(dtype: str) -> None:
     got, want = ert.iinfo(getattr(ert, dtype)), xps.iinfo(getattr(xps, dtype))
     assert (got.bits, got.min, got.max) == (want.bits, want.min, want.max)
+    assert all(type(v) is int for v in (got.bits, got.min, got.max))  # the standard's types
+    assert got.dtype == getattr(ert, dtype)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -593,6 +595,10 @@ def test_finfo(dtype: str) -> None:
     got, want = ert.finfo(getattr(ert, dtype)), xps.finfo(getattr(xps, dtype))
     for field in ("bits", "eps", "max", "min", "smallest_normal"):
         assert float(getattr(got, field)) == float(getattr(want, field)), field
+    # The standard: bits an int, the limits Python floats (numpy gives numpy scalars).
+    assert type(got.bits) is int
+    assert all(type(getattr(got, f)) is float for f in ("eps", "max", "min", "smallest_normal"))
+    assert got.dtype == getattr(ert, dtype)
 
 
 # -- empty and 0-d arrays --------------------------------------------------------------------

@@ -15,6 +15,7 @@ True
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -135,17 +136,58 @@ def can_cast(from_: Any, to: Any, /) -> builtins.bool:
     return builtins.bool(np.can_cast(_dtype_of(from_, "can_cast"), _dtype_of(to, "can_cast")))
 
 
-def finfo(type: Any, /) -> np.finfo[Any]:
-    """Machine limits of a floating dtype (bits, eps, max, min, smallest_normal, dtype)."""
+@dataclass(frozen=True)
+class FInfo:
+    """Machine limits of a floating dtype, as the Array API asks: Python numbers."""
+
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    dtype: np.dtype[Any]
+
+
+@dataclass(frozen=True)
+class IInfo:
+    """Machine limits of an integer dtype, as the Array API asks: Python ints."""
+
+    bits: int
+    max: int
+    min: int
+    dtype: np.dtype[Any]
+
+
+def finfo(type: Any, /) -> FInfo:
+    """Machine limits of a floating dtype (a complex dtype's are its parts').
+
+    >>> import eagerrt as ert
+    >>> ert.finfo(ert.float32).bits, ert.finfo(ert.float32).eps
+    (32, 1.1920928955078125e-07)
+    """
     dtype = _dtype_of(type, "finfo")
     if dtype.kind not in "fc":
         raise DTypeError(f"finfo needs a floating dtype, got {dtype}")
-    return np.finfo(dtype)
+    info = np.finfo(dtype)
+    return FInfo(
+        bits=int(info.bits),
+        eps=float(info.eps),
+        max=float(info.max),
+        min=float(info.min),
+        smallest_normal=float(info.smallest_normal),
+        dtype=dtype,
+    )
 
 
-def iinfo(type: Any, /) -> np.iinfo[Any]:
-    """Machine limits of an integer dtype (bits, max, min, dtype)."""
+def iinfo(type: Any, /) -> IInfo:
+    """Machine limits of an integer dtype.
+
+    >>> import eagerrt as ert
+    >>> ert.iinfo(ert.int8).min, ert.iinfo(ert.uint16).max
+    (-128, 65535)
+    """
     dtype = _dtype_of(type, "iinfo")
     if dtype.kind not in "iu":
         raise DTypeError(f"iinfo needs an integer dtype, got {dtype}")
-    return np.iinfo(dtype)
+    info = np.iinfo(dtype)
+    return IInfo(bits=int(info.bits), max=int(info.max), min=int(info.min), dtype=dtype)
