@@ -32,23 +32,6 @@ from .registry import GENERIC, Op, define_op, exposes
 
 __all__: list[str] = []  # nothing for the main namespace; see eagerrt.fft
 
-#: The names ``eagerrt.fft`` takes from this module.
-EXTENSION = [
-    "fft",
-    "fftfreq",
-    "fftn",
-    "fftshift",
-    "hfft",
-    "ifft",
-    "ifftn",
-    "ifftshift",
-    "ihfft",
-    "irfft",
-    "irfftn",
-    "rfft",
-    "rfftfreq",
-    "rfftn",
-]
 
 Meta = tuple[tuple[int, ...], np.dtype[Any]]
 

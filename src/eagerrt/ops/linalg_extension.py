@@ -43,32 +43,6 @@ from .registry import GENERIC, Op, define_op, exposes
 
 __all__: list[str] = []  # nothing for the main namespace; see eagerrt.linalg
 
-#: The names ``eagerrt.linalg`` takes from this module.
-EXTENSION = [
-    "EighResult",
-    "QRResult",
-    "SVDResult",
-    "SlogdetResult",
-    "cholesky",
-    "cross",
-    "det",
-    "diagonal",
-    "eigh",
-    "eigvalsh",
-    "inv",
-    "matrix_norm",
-    "matrix_power",
-    "matrix_rank",
-    "outer",
-    "pinv",
-    "qr",
-    "slogdet",
-    "solve",
-    "svd",
-    "svdvals",
-    "trace",
-    "vector_norm",
-]
 
 Meta = tuple[tuple[int, ...], np.dtype[Any]]
 

@@ -36,19 +36,17 @@ from .._core.config import config
 from .._core.errors import (
     DeviceError,
     DTypeError,
-    Failure,
     OutOfBoundsError,
     ShapeError,
-    SourceLine,
     UsageError,
     ValueRangeError,
     user_line,
 )
-from .._core.scheduler import Task, _outstanding, schedule
+from .._core.scheduler import _outstanding, schedule
 from ..tensor import Tensor
 from ._rules import broadcast_shapes
 from .indexing import fill_index, indexed_shape, split_index
-from .registry import call_error, elementwise_cost
+from .registry import _KernelTask, call_error, elementwise_cost
 
 __all__: list[str] = []
 
@@ -195,7 +193,7 @@ def write(
         _write_now(t, name, kernel, value, operands, static)
         return
     task = _WriteTask(t, cost, t.device.executor)
-    task.args = (value, *operands)
+    task.args = (t, value, *operands)
     task.compute = (lambda *v: kernel(*v, **static)) if static else kernel
     task.name = name
     task.site = user_line()
@@ -237,33 +235,16 @@ def _write_now(
     t._forget_host()
 
 
-class _WriteTask(Task):
-    """Compute ``t``'s next version from its current one and complete it."""
+class _WriteTask(_KernelTask):
+    """Compute ``t``'s next version from its current one (its first argument,
+    read when the task runs) and complete ``t`` with it."""
 
-    __slots__ = ("args", "compute", "name", "site")
-
-    args: tuple[Any, ...]
-    compute: Callable[..., Any]
-    name: str
-    site: SourceLine | None
+    __slots__ = ()
 
     def run(self) -> None:
-        t = self.result
-        if t._state == ERROR:  # an earlier version failed; so did this one
+        if self.result._state == ERROR:  # an earlier version failed; so did this one
             return
-        failed = next((a for a in self.args if type(a) is Tensor and a._state == ERROR), None)
-        if failed is not None:
-            t._complete(ERROR, failed._value)
-            return
-        try:
-            values = [a._value if type(a) is Tensor else a for a in self.args]
-            new = self.compute(t._value, *values)
-        except BaseException as exc:
-            t._complete(ERROR, Failure(self.name, self.site, exc))
-            if not isinstance(exc, Exception):
-                raise
-            return
-        t._complete(READY, new)
+        super().run()
 
     def _run_and_forget(self) -> None:
         try:
