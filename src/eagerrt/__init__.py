@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from . import devices, fft, linalg, lowlevel
+from . import devices, fft, graph, linalg, lowlevel
 from ._core.config import Config, config, sync_mode
 from ._core.errors import (
     ArgumentError,
@@ -27,6 +27,7 @@ from ._core.errors import (
     KernelError,
     OutOfBoundsError,
     ShapeError,
+    TracingError,
     UsageError,
     ValueRangeError,
     WaitTimeoutError,
@@ -36,6 +37,7 @@ from .calibrate import calibrate
 from .devices import Device, get_device, register_device
 from .dtypes import *  # noqa: F403 - the Array API's dtypes and dtype functions
 from .dtypes import __all__ as _dtypes_all
+from .graph import function
 from .namespace_info import __array_namespace_info__
 from .ops import (  # noqa: F401 - re-exported through _ops_all
     GENERIC,
@@ -87,6 +89,7 @@ __all__ = [
     "ShapeError",
     "Stats",
     "Tensor",
+    "TracingError",
     "UsageError",
     "ValueRangeError",
     "WaitTimeoutError",
@@ -98,6 +101,8 @@ __all__ = [
     "devices",
     "e",
     "fft",
+    "function",
+    "graph",
     "get_device",
     "inf",
     "linalg",

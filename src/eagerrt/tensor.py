@@ -34,7 +34,12 @@ from ._core.errors import (
 if TYPE_CHECKING:
     from .devices.base import Device
 
-__all__ = ["Operand", "Tensor"]
+__all__ = ["TRACED", "Operand", "Tensor"]
+
+#: A fourth state, beside the AsyncValue's pending/ready/error: a symbolic
+#: tensor made while ``ert.function`` traces; its ``_value`` is the graph value
+#: it stands for (:class:`eagerrt.graph.ir.Value`), never data.
+TRACED = 3
 
 #: What an op accepts where a tensor goes: a tensor, numpy data, a Python number.
 Operand = Any
@@ -215,6 +220,8 @@ class Tensor(AsyncValue):
         """The device-native value; the tensor must be available."""
         if self._state == ERROR:
             raise self._value.to_exception(self._op)
+        if self._state == TRACED:
+            raise self._value.read_error()
         return self._value
 
     def __await__(self) -> Generator[Any, None, np.ndarray]:
@@ -230,6 +237,8 @@ class Tensor(AsyncValue):
         if self._state == ERROR:
             raise self._value.to_exception(self._op)
         value = self._value
+        if self._state == TRACED:
+            raise value.read_error()
         if type(value) is not np.ndarray:
             value = np.asarray(self.device.to_numpy(value))
         # Handed-out arrays are read-only: they may share memory with other
@@ -465,6 +474,8 @@ class Tensor(AsyncValue):
             return f"Tensor(<pending>, {meta})"
         if self._state == ERROR:
             return f"Tensor(<error: {self._value.op} failed>, {meta})"
+        if self._state == TRACED:
+            return f"Tensor(<traced {self._value.name}>, {meta})"
         body = np.array2string(np.asarray(self._host_value()), separator=", ", prefix="Tensor(")
         return f"Tensor({body}, {meta})"
 

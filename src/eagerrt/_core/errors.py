@@ -31,6 +31,7 @@ __all__ = [
     "KernelError",
     "OutOfBoundsError",
     "ShapeError",
+    "TracingError",
     "SourceLine",
     "UsageError",
     "ValueRangeError",
@@ -75,6 +76,12 @@ class ValueRangeError(UsageError, OverflowError):
 
 class DeviceError(UsageError, ValueError):
     """Operands live on different devices, or a device is unknown."""
+
+
+class TracingError(UsageError):
+    """Graph mode (``ert.function``) met something it can't trace: a tensor's
+    value asked for while tracing (Python control flow on it, ``await``,
+    ``float(t)``), or an op whose result shape depends on data."""
 
 
 class KernelError(EagerError, RuntimeError):

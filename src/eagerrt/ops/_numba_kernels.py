@@ -12,7 +12,7 @@ from typing import Any
 import numba
 import numpy as np
 
-__all__ = ["gelu_erf", "softmax_last_axis"]
+__all__ = ["gelu_erf", "softmax_last_axis", "softmax_rows_into"]
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
@@ -65,3 +65,10 @@ def softmax_last_axis(x: np.ndarray, log: bool) -> np.ndarray:
     out = np.empty_like(rows)
     _softmax_rows(rows, out, log)
     return out.reshape(x.shape)
+
+
+def softmax_rows_into(x: np.ndarray, out: np.ndarray, log: bool) -> None:
+    """Softmax (or log-softmax) over the last axis written into ``out`` (a
+    C-contiguous array of ``x``'s shape): compiled graphs' allocation-free form."""
+    cols = x.shape[-1]
+    _softmax_rows(np.ascontiguousarray(x).reshape(-1, cols), out.reshape(-1, cols), log)

@@ -47,7 +47,7 @@ from .._core.errors import (
 from .._core.scheduler import Task, count_inline, schedule
 from ..devices import get_device
 from ..devices.base import Device
-from ..tensor import Tensor
+from ..tensor import TRACED, Tensor
 
 __all__ = [
     "GENERIC",
@@ -69,6 +69,27 @@ Cost = Callable[..., float]
 Kernel = Callable[..., Any]
 
 _SCALAR_TYPES = (bool, int, float, complex)
+
+#: Graph mode's recorder (``eagerrt.graph.tracing`` sets it; ops can't import
+#: the graph package): ``record(op, args, static, shape, dtype, device)`` gives
+#: the traced tensor for a call with a traced operand.
+_trace_recorder: Callable[..., Tensor] | None = None
+
+
+def set_trace_recorder(recorder: Callable[..., Tensor]) -> None:
+    global _trace_recorder
+    _trace_recorder = recorder
+
+
+def _untraceable(name: str) -> Exception:
+    """The error for a traced tensor reaching code that needs its data now."""
+    from .._core.errors import TracingError
+
+    return TracingError(
+        f"{name} can't be traced by ert.function: it needs its operands' data at the "
+        f"call, which a traced tensor doesn't have\n  at {user_line()}\n"
+        "Call it outside the compiled function, or run the function eagerly."
+    )
 _registry: dict[str, Op] = {}
 _all_ops: list[Op] = []  # including unregistered ones, for forget_all_calls
 _new = object.__new__
@@ -411,6 +432,8 @@ class Op:
             if type(a) is Tensor and a._state != READY:
                 if a._state == ERROR:
                     return Tensor._failed(a._value, shape, dtype, dev, self.name)
+                if a._state == TRACED and _trace_recorder is not None:
+                    return _trace_recorder(self, args, static, shape, dtype, dev)
                 ready = False
         cost = self.cost(shape, dtype, *args, **static)
         if ready and not static and device is None and all(type(a) is Tensor for a in args):
@@ -530,7 +553,13 @@ def launch(
     """
     site = user_line()
     result = Tensor._pending(shape, dtype, device, name)
-    pending = [a for a in args if type(a) is Tensor and a._state == PENDING]
+    pending = []
+    for a in args:
+        if type(a) is Tensor and a._state != READY:
+            if a._state == TRACED:
+                raise _untraceable(name)
+            if a._state == PENDING:
+                pending.append(a)
     if config.sync_active:  # every op runs at its call: wait for inputs made earlier
         for a in pending:
             a.wait()

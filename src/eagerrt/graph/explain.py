@@ -1,0 +1,41 @@
+"""``fn.explain(*args)``: a readable account of one compiled trace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._core.config import config
+
+__all__ = ["explain"]
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1000:.1f} us"
+
+
+def explain(name: str, compiled: Any) -> str:
+    graph = compiled.graph
+    plan = compiled.plan
+    lines = [f"ert.function {name}"]
+    lines.append("passes:")
+    lines += [f"  {pass_name}: {summary}" for pass_name, summary in graph.log]
+    lines.append("optimized graph:")
+    lines += ["  " + line for line in str(graph).splitlines()]
+    where = (
+        "inline, on the caller's thread (synchronous interpreter)"
+        if plan.cost <= config.inline_limit_ns
+        else "as one task on the device's workers"
+    )
+    lines.append(f"execution: {len(plan.steps)} steps, estimated {_us(plan.cost)}; runs {where}")
+    streams: dict[int, list[Any]] = {}
+    for step in plan.steps:
+        streams.setdefault(step.stream, []).append(step)
+    for stream, steps in sorted(streams.items()):
+        ops = ", ".join(f"{s.node.outputs[0].name} {s.node.name}" for s in steps[:12])
+        more = f", ... ({len(steps)} in all)" if len(steps) > 12 else ""
+        cost = sum(s.cost for s in steps)
+        lines.append(f"  stream {stream} ({_us(cost)}): {ops}{more}")
+    lines.append(f"memory plan: {plan.memory.describe()}")
+    lines.append("generated code:")
+    lines += ["  " + line for line in plan.source.splitlines()]
+    return "\n".join(lines)

@@ -1,0 +1,211 @@
+"""``ert.function``: trace once per input signature, optimize, run the plan.
+
+>>> import asyncio, numpy as np, eagerrt as ert
+>>> W = ert.asarray(np.eye(3, dtype="float32") * 2)
+>>> @ert.function
+... async def double(x):
+...     return ert.relu(x @ W)
+>>> async def main():
+...     y = await double(ert.asarray(np.ones((2, 3), "float32")))
+...     return (await y).tolist()
+>>> asyncio.run(main())
+[[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]
+>>> double.traces
+1
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from .._core.errors import TracingError, UsageError
+from ..tensor import TRACED, Tensor
+from . import pytree
+from .executor import run_plan
+from .ir import Graph
+from .passes import optimize
+from .plan import Plan, lower
+from .tracing import is_tracing, output_structure, trace_async, trace_sync
+
+__all__ = ["Function", "function"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: Traces kept per function (least recently used dropped first).
+DEFAULT_MAX_TRACES = 32
+
+
+@dataclass
+class Compiled:
+    """One trace of a function, optimized and lowered."""
+
+    graph: Graph
+    plan: Plan
+    structure: Any
+    positions: list[int]  # which flattened argument leaves are graph inputs
+
+    def call(self, leaves: list[Any]) -> Any:
+        from ..ops.creation import asarray
+
+        inputs = []
+        for p in self.positions:
+            leaf = leaves[p]
+            inputs.append(leaf if type(leaf) is Tensor else asarray(leaf))
+        return output_structure(self.structure, run_plan(self.plan, inputs))
+
+
+def _signature(leaves: list[Any], tree: Any, name: str) -> tuple[Any, ...]:
+    """The cache key: each tensor's shape, dtype and device; other values themselves."""
+    parts: list[Any] = [tree]
+    for leaf in leaves:
+        if type(leaf) is Tensor:
+            parts.append((leaf.shape, leaf.dtype, leaf.device))
+        elif isinstance(leaf, np.ndarray):
+            parts.append((leaf.shape, leaf.dtype, "numpy"))
+        else:
+            try:
+                hash(leaf)
+            except TypeError:
+                raise UsageError(
+                    f"{name}: argument {leaf!r} is neither a tensor nor hashable; non-tensor "
+                    "arguments are static (each value compiles its own trace) and must be "
+                    "hashable"
+                ) from None
+            parts.append(("static", type(leaf), leaf))
+    return tuple(parts)
+
+
+def _has_traced(leaves: list[Any]) -> bool:
+    return any(type(leaf) is Tensor and leaf._state == TRACED for leaf in leaves)
+
+
+class Function(Generic[_F]):
+    """A compiled function (see :func:`function`)."""
+
+    def __init__(self, fn: _F, *, max_traces: int = DEFAULT_MAX_TRACES) -> None:
+        if not callable(fn):
+            raise UsageError(f"ert.function needs a function, got {fn!r}")
+        self._fn = fn
+        self._async = inspect.iscoroutinefunction(fn)
+        self._name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
+        self._cache: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
+        self._max_traces = max_traces
+        #: How many times the function has been traced (new signatures, evictions).
+        self.traces = 0
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<ert.function {self._name} ({len(self._cache)} traces cached)>"
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        # As a method: the instance is a static argument (each instance its own trace).
+        if instance is None:
+            return self
+        return functools.partial(self.__call__, instance)
+
+    # -- calling ---------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._async:
+            return self._call_async(args, kwargs)
+        leaves, tree = pytree.flatten((args, kwargs))
+        if _has_traced(leaves):  # called while tracing another function: inline it
+            return self._fn(*args, **kwargs)
+        key = _signature(leaves, tree, self._name)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._compile_sync(args, kwargs, key)
+        else:
+            self._cache.move_to_end(key)
+        return compiled.call(leaves)
+
+    async def _call_async(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        leaves, tree = pytree.flatten((args, kwargs))
+        if _has_traced(leaves):
+            return await self._fn(*args, **kwargs)
+        key = _signature(leaves, tree, self._name)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = await self._compile_async(args, kwargs, key)
+        else:
+            self._cache.move_to_end(key)
+        return compiled.call(leaves)
+
+    def eager(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the undecorated function (op by op, no tracing)."""
+        return self._fn(*args, **kwargs)
+
+    # -- compiling -------------------------------------------------------------
+    def _compile_sync(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: tuple[Any, ...]
+    ) -> Compiled:
+        graph, structure, positions = trace_sync(self._fn, self._name, args, kwargs)
+        for c in graph.constants():
+            if type(c.const) is Tensor:
+                c.const.wait()
+        return self._store(key, graph, structure, positions)
+
+    async def _compile_async(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: tuple[Any, ...]
+    ) -> Compiled:
+        if is_tracing():
+            raise TracingError(f"{self._name} can't be compiled while another trace runs")
+        graph, structure, positions = await trace_async(self._fn, self._name, args, kwargs)
+        for c in graph.constants():
+            if type(c.const) is Tensor:
+                await c.const  # weights still being computed (or loaded)
+        return self._store(key, graph, structure, positions)
+
+    def _store(
+        self, key: tuple[Any, ...], graph: Graph, structure: Any, positions: list[int]
+    ) -> Compiled:
+        for c in graph.constants():
+            if type(c.const) is Tensor:
+                c.const = c.const._native()  # a failed weight raises its KernelError here
+        graph.note("trace", f"{len(graph.nodes)} ops traced")
+        optimize(graph)
+        compiled = Compiled(graph, lower(graph), structure, positions)
+        self.traces += 1
+        self._cache[key] = compiled
+        while len(self._cache) > self._max_traces:
+            self._cache.popitem(last=False)
+        return compiled
+
+    def compiled_for(self, *args: Any, **kwargs: Any) -> Compiled:
+        """The trace these arguments would run (traced now if new; the function
+        must not await anything real while tracing)."""
+        leaves, tree = pytree.flatten((args, kwargs))
+        key = _signature(leaves, tree, self._name)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._compile_sync(args, kwargs, key)
+        return compiled
+
+    def explain(self, *args: Any, **kwargs: Any) -> str:
+        """What the compiler made of a call with these arguments: the passes,
+        the optimized graph, the execution plan, the memory plan, the code."""
+        from .explain import explain
+
+        return explain(self._name, self.compiled_for(*args, **kwargs))
+
+
+def function(fn: _F | None = None, *, max_traces: int = DEFAULT_MAX_TRACES) -> Any:
+    """Compile ``fn`` (async or plain) for inference: the first call per input
+    signature traces it into a graph, optimizes it and lowers it to a plan;
+    later calls with tensors of the same shapes, dtypes and devices run the
+    plan. Results are tensors, as eager calls give.
+
+    Non-tensor arguments are static: each distinct value gets its own trace.
+    Tensors the function closes over (weights) are constants of the graph.
+    ``fn.explain(*args)`` shows what the compiler did; ``fn.eager(*args)``
+    runs the original, op by op.
+    """
+    if fn is None:
+        return lambda f: Function(f, max_traces=max_traces)
+    return Function(fn, max_traces=max_traces)

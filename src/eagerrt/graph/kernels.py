@@ -1,0 +1,97 @@
+"""Kernels for compiled graphs: each node's kernel, and where one exists its
+*out form*, ``kernel(*arrays, out)``, which writes into a buffer the memory
+plan gives it instead of allocating.
+
+Out forms come from, in order: the op itself (``op.out_kernel``, which ops
+made by passes such as fusion set), the table below (matmul, softmax), or
+numpy's ufuncs (every elementwise op whose kernel is a ufunc: the rule's
+dtype is the ufunc's own result type, so writing into ``out`` changes nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .ir import Node, Value
+
+__all__ = ["kernel_for", "out_kernel_for", "writes_elementwise"]
+
+OutKernel = Callable[..., Any]
+
+
+def kernel_for(node: Node) -> Callable[..., Any]:
+    """The kernel an eager call with these operands would run (specializers included)."""
+    op = node.op
+    device = node.out.device
+    kernel = op._kernel_for(device)
+    specializers = getattr(op, "_specializers", None)
+    if specializers:
+        specializer = specializers.get(device.name)
+        if specializer is not None:
+            kernel = specializer(*node.inputs, **node.static) or kernel
+    return kernel
+
+
+def _same_dtype(node: Node) -> bool:
+    dtype = node.out.dtype
+    return all(v.dtype == dtype for v in node.value_inputs())
+
+
+def _matmul_out(node: Node) -> OutKernel | None:
+    a, b = node.inputs
+    if type(a) is not Value or type(b) is not Value or not _same_dtype(node):
+        return None
+    if a.ndim == 2 and b.ndim == 2:
+        return np.ndarray.dot  # dot(a, b, out): half matmul's call cost on small matrices
+    if a.ndim >= 1 and b.ndim >= 1 and node.out.ndim >= 1:
+        return lambda a, b, out: np.matmul(a, b, out=out)
+    return None
+
+
+def _softmax_out(node: Node) -> OutKernel | None:
+    x = node.inputs[0]
+    axis = node.static.get("axis", -1)
+    if type(x) is not Value or x.ndim == 0 or axis not in (-1, x.ndim - 1) or not _same_dtype(node):
+        return None
+    if x.dtype not in (np.dtype("float32"), np.dtype("float64")):
+        return None
+    from ..ops._numba_kernels import softmax_rows_into
+
+    log = node.name == "log_softmax"
+    return lambda x, out: softmax_rows_into(x, out, log)
+
+
+_TABLE: dict[str, Callable[[Node], OutKernel | None]] = {
+    "matmul": _matmul_out,
+    "softmax": _softmax_out,
+    "log_softmax": _softmax_out,
+}
+
+
+def out_kernel_for(node: Node, kernel: Callable[..., Any]) -> OutKernel | None:
+    """``kernel``'s out form for this node, or None (it allocates its result)."""
+    if len(node.outputs) != 1 or node.static.get("out") is not None:
+        return None
+    own = getattr(node.op, "out_kernel", None)
+    if own is not None:
+        return own
+    maker = _TABLE.get(node.name)
+    if maker is not None:
+        return maker(node)
+    if isinstance(kernel, np.ufunc) and kernel.nout == 1 and not node.static:
+        ufunc = kernel
+        if ufunc.nin == 1:
+            return lambda x, out: ufunc(x, out=out)
+        return lambda x, y, out: ufunc(x, y, out=out)
+    return None
+
+
+def writes_elementwise(node: Node, kernel: Callable[..., Any]) -> bool:
+    """Whether the out form reads each element before writing the same one, so
+    it may write over an operand of the output's own shape (in place)."""
+    if getattr(node.op, "elementwise", False):
+        return True
+    return isinstance(kernel, np.ufunc) and not node.static

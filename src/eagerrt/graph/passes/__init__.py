@@ -1,0 +1,33 @@
+"""Graph passes, one module each, run in order by :func:`optimize`.
+
+Each pass is ``run(graph) -> int`` (how many rewrites it made), edits the
+graph in place and keeps :meth:`Graph.verify`'s invariants; ``optimize``
+records what each did in ``graph.log`` for ``explain()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..ir import Graph
+from . import constant_folding, cse, dce
+
+__all__ = ["PIPELINE", "optimize"]
+
+#: (name, pass) in the order they run.
+PIPELINE: list[tuple[str, Callable[[Graph], int]]] = [
+    ("dead code elimination", dce.run),
+    ("common subexpressions", cse.run),
+    ("constant folding", constant_folding.run),
+    ("dead code elimination", dce.run),
+]
+
+
+def optimize(graph: Graph, *, verify: bool = False) -> Graph:
+    """Run every pass in :data:`PIPELINE` over ``graph`` (in place)."""
+    for name, run in PIPELINE:
+        changed = run(graph)
+        graph.note(name, f"{changed} rewrite{'s' if changed != 1 else ''}")
+        if verify:
+            graph.verify()
+    return graph
