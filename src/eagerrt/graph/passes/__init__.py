@@ -14,7 +14,9 @@ from . import constant_folding, cse, dce
 
 __all__ = ["PIPELINE", "optimize"]
 
-#: (name, pass) in the order they run.
+#: (name, pass) in the order they run. Simplifications first, then folding
+#: (which needs them), then the rewrites that enable vectorizing, then fusion
+#: (epilogues before general elementwise fusion), and a final clean-up.
 PIPELINE: list[tuple[str, Callable[[Graph], int]]] = [
     ("dead code elimination", dce.run),
     ("common subexpressions", cse.run),
