@@ -65,6 +65,7 @@ class Plan:
     _factory_args: list[Any] = field(repr=False, default_factory=list)
     _buffer_specs: list[tuple[int, Any, tuple[int, ...]]] = field(default_factory=list)
     _free: list[Context] = field(default_factory=list)
+    _buffered_outputs: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- contexts --------------------------------------------------------------
@@ -75,8 +76,7 @@ class Plan:
             for b, dtype, shape in self._buffer_specs
         ]
         run = self.factory(*self._factory_args, *views)
-        buffered = set(self.memory.direct_outputs.values())
-        buffered.update(slot for _, slot in self.memory.copied_outputs)
+        buffered = set(self._buffered_outputs)
         outputs = [
             np.empty(v.shape, v.dtype) if slot in buffered else None
             for slot, v in enumerate(self.outputs)
@@ -98,11 +98,13 @@ class Plan:
         with the failing step's :class:`Failure` as ``exc.failure``)."""
         ctx = self.acquire()
         outs = ctx.outputs
-        for i, buf in enumerate(outs):
-            # The list and the loop variable hold it, and getrefcount's argument:
-            # more means the caller still holds the previous call's result.
-            if buf is not None and sys.getrefcount(buf) > 3:
-                outs[i] = np.empty(buf.shape, buf.dtype)
+        for i in self._buffered_outputs:
+            # Only the list and getrefcount's argument hold it, unless the caller
+            # still holds the previous call's result: then it gets a new one.
+            if sys.getrefcount(outs[i]) > 2:
+                outs[i] = np.empty(outs[i].shape, outs[i].dtype)
+            elif not outs[i].flags.writeable:  # read through numpy(), now let go
+                outs[i].flags.writeable = True
         try:
             return ctx.run(inputs, outs)
         except Exception as exc:
@@ -255,6 +257,9 @@ def _generate(graph: Graph, steps: list[Step], memory: MemoryPlan) -> Plan:
     plan.factory = namespace["factory"]
     plan._factory_args = args
     plan._buffer_specs = buffer_specs
+    plan._buffered_outputs = sorted(
+        {*memory.direct_outputs.values(), *(slot for _, slot in memory.copied_outputs)}
+    )
     return plan
 
 

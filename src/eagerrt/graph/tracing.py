@@ -169,7 +169,7 @@ def trace_sync(
     token = _current.set(trace)
     try:
         result = fn(*targs, **tkwargs)
-        if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
             result = _drive(result, name)
     finally:
         _current.reset(token)
@@ -184,7 +184,7 @@ async def trace_async(
     token = _current.set(trace)
     try:
         result = fn(*targs, **tkwargs)
-        if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
             result = await result
     finally:
         _current.reset(token)

@@ -38,15 +38,16 @@ from .._core.errors import (
     DTypeError,
     OutOfBoundsError,
     ShapeError,
+    TracingError,
     UsageError,
     ValueRangeError,
     user_line,
 )
 from .._core.scheduler import _outstanding, schedule
-from ..tensor import Tensor
+from ..tensor import TRACED, Tensor
 from ._rules import broadcast_shapes
 from .indexing import fill_index, indexed_shape, split_index
-from .registry import _KernelTask, call_error, elementwise_cost
+from .registry import GENERIC, Op, _KernelTask, call_error, elementwise_cost
 
 __all__: list[str] = []
 
@@ -175,6 +176,11 @@ def write(
 ) -> None:
     """Give ``t`` the version ``kernel(old, value, *operands, **static)``,
     ordered after every earlier reader of ``t`` and before every later one."""
+    if t._state == TRACED or any(
+        type(o) is Tensor and o._state == TRACED for o in (value, *operands)
+    ):
+        _trace_write(t, name, kernel, value, operands, static)
+        return
     if t._state == ERROR:
         return  # a failed tensor stays failed: its readers learn why on await
     inputs = [o for o in (value, *operands) if type(o) is Tensor]
@@ -214,6 +220,43 @@ def write(
             t._waiters = None
     t._forget_host()
     schedule(task, waits)
+
+
+_write_ops: dict[tuple[str, Callable[..., Any]], Op] = {}
+
+
+def _trace_write(
+    t: Tensor,
+    name: str,
+    kernel: Callable[..., Any],
+    value: Any,
+    operands: list[Tensor],
+    static: dict[str, Any],
+) -> None:
+    """Inside ``ert.function``: the write becomes a node computing the new
+    version, and ``t`` (a traced tensor) stands for it from now on. Earlier
+    reads recorded the old version, so the graph keeps the write's ordering."""
+    if t._state != TRACED:
+        raise TracingError(
+            f"{name}: writing a traced value into a tensor made outside the compiled "
+            "function (a weight or a global) would change it for every later call\n"
+            f"  at {user_line()}\nCopy it first inside the function (t = x + 0), or "
+            "return the new value instead."
+        )
+    op = _write_ops.get((name, kernel))
+    if op is None:
+        op = _write_ops[(name, kernel)] = Op(name, _same_as_target)
+        op.register_kernel(GENERIC, kernel)
+    from . import registry
+
+    recorder = registry._trace_recorder
+    assert recorder is not None  # set by eagerrt.graph.tracing, which made t
+    new = recorder(op, (t, value, *operands), static, t.shape, t.dtype, t.device)
+    t._value = new._value
+
+
+def _same_as_target(target: Any, *_: Any, **__: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    return target.shape, target.dtype
 
 
 def _write_now(
