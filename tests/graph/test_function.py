@@ -432,7 +432,7 @@ def test_views_of_intermediates_are_not_overwritten() -> None:
         return h.T, (h * 2).sum()  # ...of which a view is an output
 
     x = data(3, 6)
-    t, s = f(x)
+    t, _s = f(x)
     t2, _ = f(data(3, 6))
     np.testing.assert_allclose(t.numpy(), (x @ W1.numpy()).T, rtol=1e-6)
     assert t2.shape == (5, 3)
