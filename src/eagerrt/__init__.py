@@ -37,7 +37,7 @@ from .calibrate import calibrate
 from .devices import Device, get_device, register_device
 from .dtypes import *  # noqa: F403 - the Array API's dtypes and dtype functions
 from .dtypes import __all__ as _dtypes_all
-from .graph import function
+from .graph import cond, function, while_loop
 from .namespace_info import __array_namespace_info__
 from .ops import (  # noqa: F401 - re-exported through _ops_all
     GENERIC,
@@ -97,6 +97,7 @@ __all__ = [
     "__array_namespace_info__",
     "__version__",
     "calibrate",
+    "cond",
     "config",
     "devices",
     "e",
@@ -114,6 +115,7 @@ __all__ = [
     "stats",
     "sync_mode",
     "synchronize",
+    "while_loop",
     *_dtypes_all,
     *_ops_all,
 ]

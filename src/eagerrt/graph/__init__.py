@@ -10,8 +10,9 @@ Modules: ``ir`` (values, nodes, graphs), ``tracing`` (symbolic tensors),
 
 from __future__ import annotations
 
+from .control_flow import cond, while_loop
 from .function import Function, function
 from .ir import Graph, Node, Value
 from .tracing import is_tracing
 
-__all__ = ["Function", "Graph", "Node", "Value", "function", "is_tracing"]
+__all__ = ["Function", "Graph", "Node", "Value", "cond", "function", "is_tracing", "while_loop"]

@@ -1,0 +1,491 @@
+"""Control flow on tensor values: :func:`cond` and :func:`while_loop`.
+
+Python's ``if`` and ``while`` need a tensor's value at the call, which an eager
+tensor may not have yet and a traced one never has. These take the branches
+as functions instead, as JAX's ``lax.cond`` and ``lax.while_loop`` do. Each
+function is traced once, on symbolic stand-ins for its operands, into a
+sub-graph that is optimized and lowered to a :class:`~eagerrt.graph.plan.Plan`;
+then one op, whose kernel runs the chosen sub-plan, is called on the operands.
+So the results come back at once, with known shapes and dtypes, and are
+computed once the predicate and operands are ready, without blocking the
+caller.
+
+* Eagerly, the op is a one-node plan run like a compiled function's (inline
+  when everything is ready and cheap, otherwise as a task on the workers).
+* Inside ``ert.function``, it is a ``cond`` / ``while_loop`` node of the traced
+  graph; its kernel runs the sub-plans on the arrays of the enclosing plan.
+
+Tensors a function closes over (a weight, or a value the enclosing
+``ert.function`` traced) become extra operands of the op, so it waits for them
+like for its operands. Ops in a function that read none of its operands run
+once, while it is traced (as ``ert.function`` computes its constants).
+
+>>> import numpy as np, eagerrt as ert
+>>> x = ert.asarray(np.array([1.0, -2.0, 3.0]))
+>>> ert.cond(x.sum() > 0, lambda v: v * 2, lambda v: -v, x).tolist()
+[2.0, -4.0, 6.0]
+>>> n, y = ert.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 2), (0, x))
+>>> int(n), y.tolist()
+(5, [32.0, -64.0, 96.0])
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._core.config import config
+from .._core.errors import (
+    ArgumentError,
+    DTypeError,
+    ShapeError,
+    SourceLine,
+    TracingError,
+    UsageError,
+    user_line,
+)
+from ..ops.creation import asarray
+from ..tensor import TRACED, Tensor
+from . import pytree, tracing
+from .executor import run_plan
+from .ir import Graph, Node, Value
+from .passes import optimize
+from .plan import Plan, StepFailed, lower
+from .tracing import Trace, traced_tensor
+
+__all__ = ["cond", "while_loop"]
+
+#: A while loop's trip count is unknown until it runs; its cost estimate (which
+#: decides inline vs. the workers) assumes this many trips.
+ASSUMED_TRIPS = 16
+
+_SCALARS = (bool, int, float, complex, np.generic)
+_serials = itertools.count()
+
+
+# -- tracing a function into a sub-plan -------------------------------------------------
+def _capture_key(t: Tensor) -> tuple[str, int]:
+    # A traced tensor is its graph value; a concrete one is itself.
+    return ("v", t._value.id) if t._state == TRACED else ("t", id(t))
+
+
+def _knows(trace: Trace | None, value: Value) -> bool:
+    """Whether ``value`` belongs to ``trace`` or one of the traces enclosing it."""
+    while trace is not None:
+        if value.id in trace.values:
+            return True
+        trace = getattr(trace, "parent", None)
+    return False
+
+
+class _SubTrace(Trace):
+    """The trace of a branch, loop condition or loop body.
+
+    Any tensor it reads that is not its own (a concrete tensor, or a value of an
+    enclosing trace) becomes an extra graph input, and the tensor is kept in
+    ``captured``: the op passes it in as an operand. That keeps sub-graphs free
+    of pending constants (an eager call must not wait for them) and lets an
+    enclosing trace record the read as its own (capturing it in turn if it is a
+    sub-trace too).
+    """
+
+    def __init__(self, graph: Graph, parent: Trace | None) -> None:
+        super().__init__(graph)
+        self.parent = parent
+        self.captured: list[Tensor] = []
+        self._inputs_by_key: dict[tuple[str, int], Value] = {}
+
+    def operand(self, arg: Any) -> Any:
+        if type(arg) is not Tensor:
+            return arg
+        if arg._state == TRACED:
+            value: Value = arg._value
+            if value.id in self.values:
+                return value
+            if not _knows(self.parent, value):
+                return super().operand(arg)  # raises: it belongs to another trace
+        key = _capture_key(arg)
+        known = self._inputs_by_key.get(key)
+        if known is None:
+            known = Value(arg.shape, arg.dtype, arg.device, name=f"%cap{len(self.captured)}")
+            self.graph.inputs.append(known)
+            self.values.add(known.id)
+            self.captured.append(arg)
+            self._inputs_by_key[key] = known
+        return known
+
+
+@dataclass(eq=False)
+class _Sub:
+    """A traced and compiled function: its plan takes the operands, then its captures."""
+
+    name: str
+    graph: Graph
+    plan: Plan
+    tree: Any  # the result's structure (pytree)
+    types: list[Value]  # the result leaves (shape, dtype, device as traced)
+    captured: list[Tensor]
+    #: Where its captured tensors are among the op's operands (set by _operands).
+    captures: list[int] = field(default_factory=list)
+
+    def describe(self) -> str:
+        return _describe(self.tree, self.types)
+
+
+class _TypeStr:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _describe(tree: Any, types: list[Any]) -> str:
+    """A structure with its leaves as ``dtype[shape]``: ``(float32[3], {'n': int64[]})``."""
+    leaves = [_TypeStr(f"{t.dtype}[{', '.join(map(str, t.shape))}]") for t in types]
+    return repr(pytree.unflatten(tree, leaves))
+
+
+def _as_tensor(leaf: Any, what: str, site: SourceLine | None) -> Tensor:
+    if type(leaf) is Tensor:
+        return leaf
+    if isinstance(leaf, (np.ndarray, *_SCALARS)):
+        return asarray(leaf)
+    raise DTypeError(
+        f"{what} must be tensors (or numpy arrays, or numbers), got {type(leaf).__name__} "
+        f"{leaf!r}\n  at {site}"
+    )
+
+
+def _trace(
+    fn: Callable[..., Any],
+    role: str,
+    tree: Any,
+    leaves: list[Any],
+    site: SourceLine | None,
+) -> _Sub:
+    """Trace ``fn(*unflatten(tree, leaves))`` with symbolic stand-ins for the
+    tensor leaves (other leaves are passed as they are) and compile it."""
+    if not callable(fn):
+        raise ArgumentError(f"{role} must be a function, got {fn!r}\n  at {site}")
+    inputs: list[Value] = []
+    symbolic: list[Any] = []
+    for leaf in leaves:
+        if type(leaf) is Tensor:
+            v = Value(leaf.shape, leaf.dtype, leaf.device, name=f"%in{len(inputs)}")
+            inputs.append(v)
+            symbolic.append(traced_tensor(v))
+        else:
+            symbolic.append(leaf)
+    name = getattr(fn, "__name__", role)
+    trace = _SubTrace(Graph(name, inputs), tracing._current.get())
+    token = tracing._current.set(trace)
+    try:
+        result = fn(*pytree.unflatten(tree, symbolic))
+    finally:
+        tracing._current.reset(token)
+    if inspect.iscoroutine(result):
+        result.close()
+        raise ArgumentError(
+            f"{role} must be a plain function, not an async one (it runs inside a "
+            f"kernel, where nothing can be awaited)\n  at {site}"
+        )
+    out_leaves, out_tree = pytree.flatten(result)
+    graph = trace.graph
+    for leaf in out_leaves:
+        graph.outputs.append(trace.operand(_as_tensor(leaf, f"{role}'s results", site)))
+    types = [Value(v.shape, v.dtype, v.device) for v in graph.outputs]
+    graph.note("trace", f"{len(graph.nodes)} ops traced")
+    optimize(graph)
+    return _Sub(name, graph, lower(graph), out_tree, types, trace.captured)
+
+
+def _operands(base: list[Tensor], *subs: _Sub) -> list[Tensor]:
+    """The op's operands: ``base``, then each distinct captured tensor once
+    (each sub learns where its captures are)."""
+    operands = list(base)
+    where: dict[tuple[str, int], int] = {}
+    for sub in subs:
+        sub.captures = []
+        for t in sub.captured:
+            key = _capture_key(t)
+            i = where.get(key)
+            if i is None:
+                i = where[key] = len(operands)
+                operands.append(t)
+            sub.captures.append(i)
+    return operands
+
+
+def _check_same(
+    what: str,
+    a_name: str,
+    a_verb: str,
+    a: tuple[Any, list[Any]],
+    b_name: str,
+    b: _Sub,
+    site: SourceLine | None,
+) -> None:
+    """Raise at the call unless ``b`` returns ``a``'s structure, shapes and dtypes."""
+    a_tree, a_types = a
+    same_tree = a_tree == b.tree and len(a_types) == len(b.types)
+    if same_tree:
+        pairs = list(zip(a_types, b.types, strict=True))
+        shapes = all(x.shape == y.shape for x, y in pairs)
+        dtypes = all(x.dtype == y.dtype for x, y in pairs)
+        if shapes and dtypes:
+            return
+    kind: type[UsageError] = ArgumentError
+    if same_tree:
+        kind = ShapeError if not shapes else DTypeError
+    raise kind(
+        f"{what}: {a_name} and {b_name} must give the same structure of tensors with "
+        f"the same shapes and dtypes, but {a_name} {a_verb} {_describe(a_tree, a_types)} "
+        f"and {b_name} returned {b.describe()}\n  at {site}"
+    )
+
+
+# -- the ops ----------------------------------------------------------------------------
+class ControlFlowOp:
+    """A graph op whose kernel runs sub-plans: ``cond`` or ``while_loop``.
+
+    Not in the op registry: its static argument (the compiled functions) is
+    made by :func:`cond` / :func:`while_loop`, never written by a user.
+    """
+
+    #: Never folded at compile time, even on constant operands: that would run
+    #: a user's loop while compiling, and a failing branch would leave a failure
+    #: nobody reads.
+    stateful = True
+
+    def __init__(self, name: str, kernel: Callable[..., Any], cost: Callable[..., float]) -> None:
+        self.name = name
+        self.kernel = kernel
+        self.cost = cost
+
+    def _kernel_for(self, device: Any) -> Callable[..., Any]:
+        return self.kernel  # device-agnostic: the sub-plans hold the device kernels
+
+    def __repr__(self) -> str:
+        return f"<eagerrt control-flow op {self.name!r}>"
+
+
+def _truth(pred: Any) -> bool:
+    # A numpy array or scalar (a ufunc on 0-d arrays gives a scalar); other
+    # devices' arrays (CuPy) have item() too.
+    return bool(pred.item())
+
+
+def _execute(plan: Plan, arrays: list[Any]) -> list[Any]:
+    """Run a sub-plan; a failing step fails this op with a KernelError naming it.
+
+    Reading the sub-plan's failure marks it observed (only this op's failure,
+    which chains it, is reported), and its message names the failing op and
+    the line in the branch, this op's failure the line calling ``cond``.
+    """
+    try:
+        return plan.execute(arrays)
+    except StepFailed as failed:
+        error = failed.failure.to_exception()
+        error.__suppress_context__ = True
+        raise error from error.__cause__
+
+
+def _results(values: list[Any]) -> Any:
+    # A node with one output takes its value as is; several, as a tuple.
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@dataclass(eq=False, repr=False)
+class _Branches:
+    true: _Sub
+    false: _Sub
+    n_operands: int
+    serial: int = field(default_factory=lambda: next(_serials))
+
+    def __repr__(self) -> str:
+        # Unique per call: CSE compares static arguments by repr.
+        return f"<{self.true.name} | {self.false.name} #{self.serial}>"
+
+
+def _cond_kernel(pred: Any, *arrays: Any, branches: _Branches) -> Any:
+    sub = branches.true if _truth(pred) else branches.false
+    n = branches.n_operands
+    return _results(_execute(sub.plan, [*arrays[:n], *[arrays[i] for i in sub.captures]]))
+
+
+def _cond_cost(shape: Any, dtype: Any, *args: Any, branches: _Branches) -> float:
+    return config.op_overhead_ns + max(branches.true.plan.cost, branches.false.plan.cost)
+
+
+@dataclass(eq=False, repr=False)
+class _Loop:
+    cond: _Sub
+    body: _Sub
+    n_carry: int
+    serial: int = field(default_factory=lambda: next(_serials))
+
+    def __repr__(self) -> str:
+        return f"<{self.cond.name} | {self.body.name} #{self.serial}>"
+
+
+def _while_kernel(*arrays: Any, loop: _Loop) -> Any:
+    carry = list(arrays[: loop.n_carry])
+    cond_extra = [arrays[i] for i in loop.cond.captures]
+    body_extra = [arrays[i] for i in loop.body.captures]
+    cond_plan, body_plan = loop.cond.plan, loop.body.plan
+    while _truth(_execute(cond_plan, [*carry, *cond_extra])[0]):
+        carry = _execute(body_plan, [*carry, *body_extra])
+    return _results(carry)
+
+
+def _while_cost(shape: Any, dtype: Any, *args: Any, loop: _Loop) -> float:
+    trip = loop.cond.plan.cost + loop.body.plan.cost + config.op_overhead_ns
+    return config.op_overhead_ns + ASSUMED_TRIPS * trip
+
+
+COND = ControlFlowOp("cond", _cond_kernel, _cond_cost)
+WHILE_LOOP = ControlFlowOp("while_loop", _while_kernel, _while_cost)
+
+
+def _emit(
+    op: ControlFlowOp,
+    args: list[Tensor],
+    static: dict[str, Any],
+    types: list[Value],
+    site: SourceLine | None,
+) -> list[Tensor]:
+    """The op's result tensors: a node of the current trace if an operand is
+    traced, else a one-node plan run now (or when its operands are ready)."""
+    outs = [Value(t.shape, t.dtype, t.device, site=site) for t in types]
+    if any(a._state == TRACED for a in args):
+        trace = tracing._current.get()
+        if trace is None:
+            raise TracingError(
+                f"{op.name}: a traced tensor was used after its trace ended (it was "
+                f"stored outside the compiled function)\n  at {site}"
+            )
+        trace.add(op, tuple(args), static, outs)
+        return [traced_tensor(v) for v in outs]
+    inputs = [Value(a.shape, a.dtype, a.device, name=f"%in{i}") for i, a in enumerate(args)]
+    graph = Graph(op.name, inputs)
+    graph.nodes.append(Node(op, inputs, static, outs, site=site))
+    graph.outputs = list(outs)
+    return run_plan(lower(graph), args)
+
+
+def _split(operands: Any, site: SourceLine | None) -> tuple[Any, list[Any], list[Tensor]]:
+    """Flattened operands with numpy arrays made tensors, and the tensor leaves."""
+    leaves, tree = pytree.flatten(operands)
+    leaves = [asarray(x) if isinstance(x, np.ndarray) else x for x in leaves]
+    return tree, leaves, [x for x in leaves if type(x) is Tensor]
+
+
+def _predicate(pred: Any, what: str, site: SourceLine | None) -> Tensor:
+    t = pred if type(pred) is Tensor else asarray(pred)
+    if t.dtype != np.dtype(bool):
+        raise DTypeError(
+            f"{what}: the predicate must be a bool tensor with one element, got "
+            f"{t.dtype}[{', '.join(map(str, t.shape))}] (compare it: `x != 0`)\n  at {site}"
+        )
+    if t.size != 1:
+        raise ShapeError(
+            f"{what}: the predicate must have one element, got shape {t.shape} "
+            f"(reduce it: `.any()`, `.all()`)\n  at {site}"
+        )
+    return t
+
+
+# -- the public functions ---------------------------------------------------------------
+def cond(
+    pred: Any,
+    true_fn: Callable[..., Any],
+    false_fn: Callable[..., Any],
+    *operands: Any,
+) -> Any:
+    """``true_fn(*operands)`` if ``pred`` else ``false_fn(*operands)``, on tensors.
+
+    ``pred`` is a bool tensor with one element (or a Python bool); the branches
+    are plain functions of the operands (tensors, numpy arrays, or nestings of
+    them in tuples, lists and dicts; other values are passed as they are) and
+    must return the same structure of tensors with the same shapes and dtypes.
+    Both are traced now, so a mismatch raises here; the result is that
+    structure of tensors, returned at once and computed once ``pred`` and the
+    operands are ready, by the chosen branch only. It works eagerly and inside
+    ``ert.function`` (where it is one node of the graph).
+
+    >>> import numpy as np, eagerrt as ert
+    >>> x = ert.asarray(np.array([3.0, 4.0]))
+    >>> def scale(v):
+    ...     return v / ert.linalg.vector_norm(v)
+    >>> y = ert.cond(ert.linalg.vector_norm(x) > 1, scale, lambda v: v, x)
+    >>> y.shape, y.tolist()
+    ((2,), [0.6, 0.8])
+    >>> @ert.function
+    ... def relu_or_zero(v, on):
+    ...     return ert.cond(on, ert.relu, ert.zeros_like, v)
+    >>> relu_or_zero(np.array([-1.0, 2.0]), np.array(True)).tolist()
+    [0.0, 2.0]
+    """
+    site = user_line()
+    p = _predicate(pred, "ert.cond", site)
+    tree, leaves, tensors = _split(operands, site)
+    true = _trace(true_fn, "true_fn", tree, leaves, site)
+    false = _trace(false_fn, "false_fn", tree, leaves, site)
+    _check_same("ert.cond", "true_fn", "returned", (true.tree, true.types), "false_fn", false, site)
+    if not true.types:  # nothing to compute: the branches are pure
+        return pytree.unflatten(true.tree, [])
+    args = _operands(tensors, true, false)
+    branches = _Branches(true, false, len(tensors))
+    results = _emit(COND, [p, *args], {"branches": branches}, true.types, site)
+    return pytree.unflatten(true.tree, results)
+
+
+def while_loop(
+    cond_fn: Callable[[Any], Any],
+    body_fn: Callable[[Any], Any],
+    init_val: Any,
+) -> Any:
+    """``val = init_val; while cond_fn(val): val = body_fn(val)``, on tensors.
+
+    ``init_val`` is the loop-carried value: a tensor, or tuples, lists and dicts
+    of them (numpy arrays and numbers become tensors). ``body_fn`` must return
+    the same structure with the same shapes and dtypes, and ``cond_fn`` a bool
+    tensor with one element; both are traced now, so a mismatch raises here.
+    The final value comes back at once, as that structure of tensors, computed
+    once ``init_val`` is ready. It works eagerly and inside ``ert.function``.
+
+    >>> import numpy as np, eagerrt as ert
+    >>> def collatz_steps(n):
+    ...     def step(c):
+    ...         n, k = c
+    ...         return ert.where(n % 2 == 0, n // 2, 3 * n + 1), k + 1
+    ...     return ert.while_loop(lambda c: c[0] != 1, step, (n, 0))[1]
+    >>> int(collatz_steps(ert.asarray(27)))
+    111
+    >>> int(ert.function(collatz_steps)(np.array(97)))
+    118
+    """
+    site = user_line()
+    leaves, tree = pytree.flatten(init_val)
+    carry = [_as_tensor(x, "ert.while_loop: init_val's leaves", site) for x in leaves]
+    if not carry:
+        return pytree.unflatten(tree, [])
+    # The functions take the carried value as one argument.
+    _, arg_tree = pytree.flatten((pytree.unflatten(tree, carry),))
+    test = _trace(cond_fn, "cond_fn", arg_tree, list(carry), site)
+    if len(test.types) != 1 or test.types[0].dtype != np.dtype(bool) or test.types[0].size != 1:
+        raise DTypeError(
+            "ert.while_loop: cond_fn must return one bool tensor with one element, "
+            f"got {test.describe()}\n  at {site}"
+        )
+    body = _trace(body_fn, "body_fn", arg_tree, list(carry), site)
+    _check_same("ert.while_loop", "init_val", "is", (tree, carry), "body_fn", body, site)
+    args = _operands(carry, test, body)
+    results = _emit(WHILE_LOOP, args, {"loop": _Loop(test, body, len(carry))}, body.types, site)
+    return pytree.unflatten(tree, results)
