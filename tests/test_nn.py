@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
+from eagerrt.ops import nn as nn_ops
 
 RNG = np.random.default_rng(1234)
 
@@ -297,10 +298,79 @@ def test_conv2d_large_blocks_and_workers() -> None:
         ((2, 128, 5, 4), (64, 128, 3, 3)),  # a larger weight: multithreaded BLAS
     ],
 )
-def test_conv2d_product_strategies(xs: tuple[int, ...], ws: tuple[int, ...]) -> None:
+def test_conv2d_product_strategies(
+    xs: tuple[int, ...], ws: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_CHANNELS", 10**9)  # im2col for these
     x, w, b = rand(*xs), rand(*ws) * 0.1, rand(ws[0])
     got = ert.conv2d(x, w, b, padding=1)
     close(got, ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1), scale=20)
+
+
+WINOGRAD_CASES = [
+    # (N, C, H, W), O, padding, groups
+    ((2, 4, 7, 9), 5, 1, 1),  # odd sizes: partial tiles at the border
+    ((1, 6, 8, 6), 3, 0, 1),
+    ((3, 4, 5, 6), 4, (1, 0), 1),
+    ((2, 5, 1, 1), 4, 1, 1),  # a single pixel
+    ((1, 4, 2, 3), 2, (2, 3), 1),  # padding wider than the image
+    ((2, 8, 6, 5), 6, "same", 2),
+    ((1, 12, 9, 4), 9, 1, 3),
+    ((4, 7, 7), 3, 1, 1),  # unbatched
+]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("block", ["tiny", "rows", "images"])
+@pytest.mark.parametrize("case", WINOGRAD_CASES, ids=str)
+def test_conv2d_winograd(
+    case: Any, block: str, dtype: Any, bias: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small shapes forced onto the Winograd path, with blocks of one tile row,
+    # of a few rows of an image, and of several whole images.
+    xs, o, padding, groups = case
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_BYTES", 0)
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_COLS", {"tiny": 1, "rows": 13, "images": 100}[block])
+    x, w = rand(*xs, dtype=dtype), rand(o * groups, xs[-3] // groups, 3, 3, dtype=dtype)
+    b = rand(o * groups, dtype=dtype) if bias else None
+    x4 = x if x.ndim == 4 else x[None]
+    geo = nn_ops._conv_geometry(x, w, b, 1, padding, 1, groups)
+    assert nn_ops._winograd_fits(geo)
+    got = ert.conv2d(x, w, b, padding=padding, groups=groups)
+    want = ref_conv2d(x4, w, b, (1, 1), _conv_pads(padding, (3, 3), (1, 1)), (1, 1), groups)
+    close(got, want if x.ndim == 4 else want[0], dtype, scale=5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv2d_winograd_real_sizes(threads: int) -> None:
+    # The default blocks (rows of 56x56 images over two threads; whole 14x14
+    # images), float32 within a few roundings of the float64 reference.
+    for xs, o in (((3, 64, 56, 56), 64), ((4, 32, 14, 13), 48)):
+        x, w, b = rand(*xs), rand(o, xs[1], 3, 3) * 0.1, rand(o)
+        assert nn_ops._winograd_fits(nn_ops._conv_geometry(x, w, b, 1, 1, 1, 1))
+        with ert.config.override(num_threads=threads):
+            got = ert.conv2d(x, w, b, padding=1).numpy()
+        want = ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_conv2d_winograd_only_where_it_pays() -> None:
+    def fits(xs: tuple[int, ...], ws: tuple[int, ...], **kw: Any) -> bool:
+        x, w = np.zeros(xs, np.float32), np.zeros(ws, np.float32)
+        geo = nn_ops._conv_geometry(x, w, None, kw.get("stride", 1), 1, kw.get("dilation", 1),
+                                    kw.get("groups", 1))  # fmt: skip
+        return nn_ops._winograd_fits(geo)
+
+    assert fits((32, 64, 56, 56), (64, 64, 3, 3))
+    assert fits((1, 256, 14, 14), (256, 256, 3, 3))
+    assert not fits((1, 512, 7, 7), (512, 512, 3, 3))  # too few tiles
+    assert not fits((8, 3, 56, 56), (64, 3, 3, 3))  # too few input channels
+    assert not fits((8, 32, 56, 56), (32, 1, 3, 3), groups=32)  # depthwise
+    assert not fits((8, 64, 56, 56), (64, 64, 3, 3), stride=2)
+    assert not fits((8, 64, 56, 56), (64, 64, 3, 3), dilation=2)
+    assert not fits((8, 64, 56, 56), (64, 64, 5, 5))
 
 
 async def _await(t: ert.Tensor) -> np.ndarray:

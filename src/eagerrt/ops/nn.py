@@ -320,6 +320,9 @@ def _conv2d_kernel(
         outs = out.reshape(g.n, g.groups, og, g.h * g.w)
         for gi in range(g.groups):
             np.matmul(wmat[gi], xs[:, gi], out=outs[:, gi])
+    elif _winograd_fits(g):
+        _conv2d_winograd(x4, weight, bias, g, out)
+        return out if x.ndim == 4 else out[0]
     elif (g.sh, g.sw) == (1, 1):
         _conv2d_stride1(x4, wmat, bias, g, out)
         return out if x.ndim == 4 else out[0]
@@ -437,6 +440,111 @@ def _conv2d_stride1_images(
                     np.copyto(dest, valid)
                 else:  # the bias rides along with the copy that drops extra columns
                     np.add(valid, b_g, out=dest)
+
+
+#: Winograd needs at least this many input channels per group, the inner
+#: dimension of its 16 products (measured faster than im2col from 4 on; with 2
+#: or 3, im2col's 9 times longer products win) ...
+_WINOGRAD_CHANNELS = 4
+#: ... and this many 2x2 output tiles in all, to pay for transforming the
+#: weights (measured: 1x512x7x7 runs faster as im2col, 1x256x14x14 as Winograd).
+_WINOGRAD_MIN_TILES = 32
+#: Tile columns a Winograd block: as many as keep its transformed input and
+#: products (16 x (C + O) values a column) in about an L2 cache, but at least
+#: _WINOGRAD_MIN_COLS, so that each product reuses its transformed weights
+#: enough when the channels are many (measured best at 256 for 256 and 512).
+_WINOGRAD_BYTES = 1 << 21
+_WINOGRAD_MIN_COLS = 256
+
+
+def _winograd_fits(g: _Conv) -> bool:
+    """Whether conv2d runs as Winograd F(2x2, 3x3): a 3x3 kernel, stride and
+    dilation 1, enough channels and tiles."""
+    tiles = g.n * ((g.ho + 1) // 2) * ((g.wo + 1) // 2)
+    return (
+        (g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) == (3, 3, 1, 1, 1, 1)
+        and g.c // g.groups >= _WINOGRAD_CHANNELS
+        and tiles >= _WINOGRAD_MIN_TILES
+    )
+
+
+def _even_share(total: int, most: int) -> int:
+    """The size of ``ceil(total / most)`` near-equal parts of ``total``."""
+    return -(-total // -(-total // most))
+
+
+def _conv2d_winograd(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, g: _Conv, out: np.ndarray
+) -> None:
+    """3x3 stride 1 as Winograd F(2x2, 3x3): 2.25 times fewer multiplications
+    than im2col (measured 2x faster on ResNet's 3x3 layers), the products done
+    by BLAS as 16 (O x C) @ (C x tiles) matmuls a block and group; float32
+    results stay within a few float32 roundings of the exact ones.
+
+    The work is cut into blocks of tiles (whole images when they are small,
+    else tile rows of one image); blocks are split over two threads, each with
+    BLAS on its own thread (one block gets BLAS's own threads, if any).
+    """
+    from ._numba_nn import winograd_weights
+
+    th, tw = (g.ho + 1) // 2, (g.wo + 1) // 2
+    per_image = th * (tw + 1)  # block columns an image takes
+    most = max(_WINOGRAD_MIN_COLS, _WINOGRAD_BYTES // (16 * (g.c + g.o) * x.itemsize))
+    blocks: list[tuple[int, int, int, int]]  # (first image, end image, first row, end row)
+    if per_image <= most:  # whole images a block, two blocks at least
+        images = _even_share(g.n, max(1, min(most // per_image, -(-g.n // 2))))
+        blocks = [(n0, min(g.n, n0 + images), 0, th) for n0 in range(0, g.n, images)]
+    else:
+        rows = _even_share(th, max(1, most // (tw + 1)))
+        blocks = [
+            (n0, n0 + 1, r0, min(th, r0 + rows)) for n0 in range(g.n) for r0 in range(0, th, rows)
+        ]
+    og, cg = g.o // g.groups, g.c // g.groups
+    u = np.empty((g.groups, 16, og, cg), x.dtype)
+    winograd_weights(np.ascontiguousarray(weight), u)
+    b = np.zeros(g.o, x.dtype) if bias is None else bias
+    args = (x, u, b, g, out, blocks)
+    if len(blocks) >= 2 and config.num_threads >= 2 and _blas_local() is not None:
+        _in_two(_winograd_blocks, len(blocks), *args)
+    else:
+        _winograd_blocks(*args, 0, len(blocks), False)
+
+
+def _winograd_blocks(
+    x: np.ndarray,
+    u: np.ndarray,
+    bias: np.ndarray,
+    g: _Conv,
+    out: np.ndarray,
+    blocks: list[tuple[int, int, int, int]],
+    start: int,
+    stop: int,
+    single: bool,
+) -> None:
+    """Blocks [start, stop) of :func:`_conv2d_winograd`: the input transform
+    of each image's part, the products, the output transform (bias added)
+    straight into ``out``. ``single`` (whether BLAS is on this thread only) is
+    not needed."""
+    from ._numba_nn import winograd_input, winograd_output
+
+    tw = (g.wo + 1) // 2
+    og, cg = g.o // g.groups, g.c // g.groups
+    width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks[start:stop]) * (tw + 1)
+    v = np.empty((16, g.c, width), x.dtype)  # the input tiles, transformed
+    m = np.empty((16, g.o, width), x.dtype)  # their products with the weights
+    for n0, n1, r0, r1 in blocks[start:stop]:
+        span = (r1 - r0) * (tw + 1)  # columns an image takes
+        cols = (n1 - n0) * span
+        for k in range(n1 - n0):
+            winograd_input(x[n0 + k], v, k * span, r0, r1, tw, g.ph, g.pw)
+        for gi in range(g.groups):
+            np.matmul(
+                u[gi],
+                v[:, gi * cg : (gi + 1) * cg, :cols],
+                out=m[:, gi * og : (gi + 1) * og, :cols],
+            )
+        for k in range(n1 - n0):
+            winograd_output(m, out[n0 + k], bias, k * span, r0, r1)
 
 
 def _conv2d_strided(x: np.ndarray, wmat: np.ndarray, g: _Conv, out: np.ndarray) -> None:
