@@ -135,7 +135,7 @@ def test_explain_shows_passes_graph_plan_and_memory() -> None:
     compiled = ert.function(mlp)
     text = compiled.explain(data(4, 6))
     for part in ("passes:", "constant folding", "optimized graph:", "matmul", "stream 0",
-                 "memory plan:", "def run"):  # fmt: skip
+                 "memory plan:", "def seg0"):  # fmt: skip
         assert part in text, part
 
 

@@ -1,10 +1,19 @@
-"""The compile-time cost model: each node's estimated nanoseconds.
+"""The compile-time cost model: each node's estimated nanoseconds, and the
+assignment of nodes to streams.
 
 Costs come from the ops' own cost functions (the same the eager scheduler
 uses, from the calibrated constants in ``ert.config``), evaluated on the
-traced shapes. Measured costs can replace them: :func:`record_costs` stores
-per-node timings from a profiled run under the node's signature, and later
-compiles use them (:func:`use_measured_costs`).
+traced shapes. Measured costs can replace them: :func:`record_cost` stores a
+timing under the node's signature (op, operand shapes and dtypes, static
+arguments) and later compiles use it.
+
+Streams (after TFRT's stream analysis): a stream is a run of nodes executed
+back to back on one thread. Each node continues the stream of the operand
+whose longest remaining path it lies on (the most expensive child carries its
+parent's stream on); a branch whose whole remaining work is cheaper than
+``config.inline_threshold_ns`` merges into an operand's stream rather than
+paying a thread hop; only heavy independent branches start streams of their
+own, which the executor runs on different worker threads.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from typing import Any
 from .._core.config import config
 from .ir import Node, Value
 
-__all__ = ["measured_costs", "node_cost", "record_cost", "signature_of"]
+__all__ = ["assign_streams", "measured_costs", "node_cost", "record_cost", "signature_of"]
 
 #: Measured nanoseconds by node signature (op name, operand types, static args).
 measured_costs: dict[tuple[Any, ...], float] = {}
@@ -54,3 +63,38 @@ def node_cost(node: Node) -> float:
         except Exception:  # a cost function that wants a real tensor: fall back
             pass
     return config.op_overhead_ns + math.prod(out.shape) * config.ns_per_element
+
+
+def assign_streams(nodes: list[Node], costs: list[float], threshold: float) -> list[int]:
+    """A stream number per node (0, 1, ...; execution order within each)."""
+    producer: dict[int, int] = {}  # value id -> index of the node making it
+    for i, node in enumerate(nodes):
+        for v in node.outputs:
+            producer[v.id] = i
+    parents = [
+        sorted({producer[v.id] for v in node.value_inputs() if v.id in producer}) for node in nodes
+    ]
+    children: list[list[int]] = [[] for _ in nodes]
+    for i, ps in enumerate(parents):
+        for p in ps:
+            children[p].append(i)
+    # The longest path from each node to the end, itself included.
+    path = list(costs)
+    for i in range(len(nodes) - 1, -1, -1):
+        if children[i]:
+            path[i] = costs[i] + max(path[c] for c in children[i])
+    # Each node's heir: the child on its longest path continues its stream.
+    heir = [max(cs, key=path.__getitem__) if cs else -1 for cs in children]
+    stream = [0] * len(nodes)
+    count = 0
+    for i in range(len(nodes)):
+        heirs_of = [p for p in parents[i] if heir[p] == i]
+        if heirs_of:  # continue the heaviest such operand's stream
+            stream[i] = stream[max(heirs_of, key=path.__getitem__)]
+            continue
+        if count == 0 or path[i] >= threshold:
+            stream[i] = count
+            count += 1
+        else:  # cheap: ride along on the heaviest operand's stream
+            stream[i] = stream[max(parents[i], key=path.__getitem__)] if parents[i] else 0
+    return stream

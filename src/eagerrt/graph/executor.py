@@ -2,8 +2,11 @@
 
 A call whose inputs are ready and whose plan is cheap runs right away on the
 caller's thread (the synchronous interpreter: the plan's generated code); any
-other call becomes one task, parked on its pending inputs and run inline or on
-the device's workers by the same rule as an eager op. The outputs are pending
+other call becomes tasks, parked on its pending inputs and run inline or on
+the device's workers by the same rule as an eager op: one task for a plan of
+one stream, one per segment for a plan the cost model spread over several
+streams (each segment waits for the segments it reads from, so independent
+heavy branches run on different workers at once). The outputs are pending
 tensors until then, with their shapes and dtypes known at once.
 """
 
@@ -11,12 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._core.async_value import ERROR, PENDING, READY
+from .._core.async_value import ERROR, PENDING, READY, AsyncValue
 from .._core.config import config
 from .._core.errors import Failure, SourceLine, user_line
 from .._core.scheduler import Task, count_inline, schedule
 from ..tensor import Tensor
-from .plan import Plan, StepFailed
+from .plan import Context, Plan, StepFailed
 
 __all__ = ["run_plan"]
 
@@ -43,11 +46,15 @@ def run_plan(plan: Plan, inputs: list[Tensor]) -> list[Tensor]:
     if not results:  # nothing to compute: every op is pure
         return results
     device = outs[0].device
+    site = user_line()
+    if len(plan.segments) > 1:
+        _start_segments(plan, inputs, results, pending, device.executor, site)
+        return results
     task = _PlanTask(results[0], plan.cost, device.executor)
     task.plan = plan
     task.inputs = inputs
     task.results = results
-    task.site = user_line()
+    task.site = site
     schedule(task, pending)
     return results
 
@@ -95,3 +102,114 @@ class _PlanTask(Task):
             raise
         for r, value in zip(results, values, strict=True):
             r._complete(READY, value)
+
+
+class _Call:
+    """One execution of a multi-segment plan: its context, registers, and the
+    completion of each segment."""
+
+    __slots__ = ("ctx", "done", "failure", "inputs", "plan", "registers", "remaining", "results")
+
+    def __init__(self, plan: Plan, inputs: list[Tensor], results: list[Tensor]) -> None:
+        self.plan = plan
+        self.inputs = inputs
+        self.results = results
+        self.ctx: Context | None = None
+        self.registers: list[Any] = []
+        self.done = [AsyncValue() for _ in plan.segments]
+        self.failure: Failure | None = None
+
+
+class _SegmentTask(Task):
+    __slots__ = ("call", "index")
+
+    call: _Call
+    index: int
+
+    def run(self) -> None:
+        call = self.call
+        done = call.done[self.index]
+        if call.failure is not None:  # an earlier segment failed: skip the work
+            done._complete(ERROR, call.failure)
+            return
+        assert call.ctx is not None
+        try:
+            call.ctx.functions[self.index](call.registers, call.ctx.outputs)
+        except Exception as exc:
+            call.failure = call.failure or call.plan.failure(exc)
+            done._complete(ERROR, call.failure)
+            return
+        done._complete(READY, None)
+
+
+class _StartTask(Task):
+    """Once the inputs are ready: take a context and release the first segments."""
+
+    __slots__ = ("call", "executor", "site")
+
+    call: _Call
+    site: SourceLine | None
+
+    def run(self) -> None:
+        call = self.call
+        failed = next((t for t in call.inputs if t._state == ERROR), None)
+        if failed is not None:
+            for r in call.results:
+                r._complete(ERROR, failed._value)
+            return
+        call.ctx = call.plan.begin()
+        call.registers = call.plan.registers([t._value for t in call.inputs])
+        finish = _FinishTask(call.results[0], 0.0, self.executor)
+        finish.call = call
+        for k, segment in enumerate(call.plan.segments):
+            task = _SegmentTask(call.done[k], segment.cost, self.executor)
+            task.call = call
+            task.index = k
+            schedule(task, [call.done[d] for d in segment.deps])
+        schedule(finish, call.done)
+
+
+class _FinishTask(Task):
+    """Once every segment is done: collect the outputs, give the context back."""
+
+    __slots__ = ("call",)
+
+    call: _Call
+
+    def run(self) -> None:
+        call = self.call
+        plan = call.plan
+        ctx = call.ctx
+        assert ctx is not None
+        try:
+            if call.failure is not None:
+                for r in call.results:
+                    r._complete(ERROR, call.failure)
+                return
+            try:
+                values = ctx.functions[-1](call.registers, ctx.outputs)
+            except Exception as exc:
+                failure = plan.failure(exc)
+                for r in call.results:
+                    r._complete(ERROR, failure)
+                return
+            for r, value in zip(call.results, values, strict=True):
+                r._complete(READY, value)
+        finally:
+            plan.release(ctx)
+
+
+def _start_segments(
+    plan: Plan,
+    inputs: list[Tensor],
+    results: list[Tensor],
+    pending: list[Tensor],
+    executor: Any,
+    site: SourceLine | None,
+) -> None:
+    call = _Call(plan, inputs, results)
+    start = _StartTask(AsyncValue(), 0.0, executor)
+    start.call = call
+    start.executor = executor
+    start.site = site
+    schedule(start, pending)

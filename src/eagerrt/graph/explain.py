@@ -21,11 +21,16 @@ def explain(name: str, compiled: Any) -> str:
     lines += [f"  {pass_name}: {summary}" for pass_name, summary in graph.log]
     lines.append("optimized graph:")
     lines += ["  " + line for line in str(graph).splitlines()]
-    where = (
-        "inline, on the caller's thread (synchronous interpreter)"
-        if plan.cost <= config.inline_limit_ns
-        else "as one task on the device's workers"
-    )
+    if plan.cost <= config.inline_limit_ns:
+        where = "inline, on the caller's thread (synchronous interpreter)"
+    elif len(plan.segments) == 1:
+        where = "as one task on the device's workers"
+    else:
+        streams_used = len({seg.stream for seg in plan.segments})
+        where = (
+            f"as {len(plan.segments)} segments over {streams_used} streams on the device's "
+            "workers (each segment waits only for the segments it reads)"
+        )
     lines.append(f"execution: {len(plan.steps)} steps, estimated {_us(plan.cost)}; runs {where}")
     streams: dict[int, list[Any]] = {}
     for step in plan.steps:

@@ -93,12 +93,26 @@ def plan_memory(
     for slot, vid in enumerate(output_ids):
         first_slot.setdefault(vid, slot)
 
+    # Values read on another stream than the one making them: nothing orders
+    # that read before a later write on the maker's stream, so their buffers
+    # are never handed out again.
+    made_on: dict[int, int] = {}
+    crossing: set[int] = set()
+    for step in steps:
+        for v in step.inputs:
+            if made_on.get(v.id, step.stream) != step.stream:
+                crossing.add(v.id)
+        for v in step.outputs:
+            made_on[v.id] = step.stream
+
     roots: dict[int, frozenset[int]] = {}  # value -> the scratch buffers it may view
     holders: dict[int, set[int]] = {}  # buffer -> live values that may view it
     free: dict[int, list[int]] = {}  # stream -> free buffers
     owner_stream: dict[int, int] = {}
 
     def release(vid: int) -> None:
+        if vid in crossing:
+            return
         for b in roots.get(vid, ()):
             live = holders[b]
             live.discard(vid)

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._core.config import config
 from .._core.errors import Failure
-from .cost_model import node_cost
+from .cost_model import assign_streams, node_cost
 from .ir import Graph, Node, Value, format_node
 from .kernels import kernel_for, out_kernel_for, writes_elementwise
 from .memory_plan import MemoryPlan, PlannedStep, plan_memory
@@ -44,9 +44,11 @@ class Step:
 
 @dataclass
 class Context:
-    """One execution's buffers: scratch views and the current output arrays."""
+    """One execution's buffers: the generated functions bound to its scratch
+    views (one per segment, then ``collect`` if several), and the current
+    output arrays."""
 
-    run: Callable[[list[Any], list[Any]], list[Any]]
+    functions: tuple[Callable[[list[Any], list[Any]], Any], ...]
     outputs: list[Any]
 
 
@@ -54,13 +56,14 @@ class Context:
 class Plan:
     graph: Graph
     steps: list[Step]
+    segments: list[Segment]
     memory: MemoryPlan
     source: str
     filename: str
-    #: The output values, and for each, how to get its array: "input", "const"
-    #: or "computed".
     outputs: list[Value]
     cost: float
+    #: Length of the register list segments pass values in (inputs first).
+    n_registers: int
     factory: Callable[..., Any] = field(repr=False, default=None)  # type: ignore[assignment]
     _factory_args: list[Any] = field(repr=False, default_factory=list)
     _buffer_specs: list[tuple[int, Any, tuple[int, ...]]] = field(default_factory=list)
@@ -75,13 +78,13 @@ class Plan:
             arenas[b][: int(np.prod(shape)) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
             for b, dtype, shape in self._buffer_specs
         ]
-        run = self.factory(*self._factory_args, *views)
+        functions = self.factory(*self._factory_args, *views)
         buffered = set(self._buffered_outputs)
         outputs = [
             np.empty(v.shape, v.dtype) if slot in buffered else None
             for slot, v in enumerate(self.outputs)
         ]
-        return Context(run, outputs)
+        return Context(functions, outputs)
 
     def acquire(self) -> Context:
         try:
@@ -94,8 +97,27 @@ class Plan:
 
     # -- running ---------------------------------------------------------------
     def execute(self, inputs: list[Any]) -> list[Any]:
-        """Run on input arrays; returns the output arrays (raises on failure
-        with the failing step's :class:`Failure` as ``exc.failure``)."""
+        """Run on input arrays on this thread, segment after segment; returns
+        the output arrays (raises :class:`StepFailed` naming the failing step)."""
+        ctx = self.begin()
+        try:
+            functions = ctx.functions
+            if len(functions) == 1:
+                return functions[0](inputs, ctx.outputs)
+            registers = self.registers(inputs)
+            for run in functions[:-1]:
+                run(registers, ctx.outputs)
+            return functions[-1](registers, ctx.outputs)
+        except Exception as exc:
+            raise StepFailed(self.failure(exc)) from None
+        finally:
+            self.release(ctx)
+
+    def registers(self, inputs: list[Any]) -> list[Any]:
+        return [*inputs, *([None] * (self.n_registers - len(inputs)))]
+
+    def begin(self) -> Context:
+        """A context for one execution, its output buffers ready to write."""
         ctx = self.acquire()
         outs = ctx.outputs
         for i in self._buffered_outputs:
@@ -105,14 +127,9 @@ class Plan:
                 outs[i] = np.empty(outs[i].shape, outs[i].dtype)
             elif not outs[i].flags.writeable:  # read through numpy(), now let go
                 outs[i].flags.writeable = True
-        try:
-            return ctx.run(inputs, outs)
-        except Exception as exc:
-            raise StepFailed(self._failure(exc)) from None
-        finally:
-            self.release(ctx)
+        return ctx
 
-    def _failure(self, exc: BaseException) -> Failure:
+    def failure(self, exc: BaseException) -> Failure:
         step = self.step_of(exc)
         if step is None:
             return Failure(self.graph.name, None, exc)
@@ -146,6 +163,15 @@ def lower(graph: Graph) -> Plan:
         kernel = kernel_for(node)
         out_form = out_kernel_for(node, kernel)
         steps.append(Step(node, kernel, out_form, node_cost(node)))
+    costs = [s.cost for s in steps]
+    if sum(costs) > config.inline_threshold_ns:  # worth spreading over threads
+        for step, stream in zip(
+            steps,
+            assign_streams([s.node for s in steps], costs, config.inline_threshold_ns),
+            strict=True,
+        ):
+            step.stream = stream
+    segments = _segments(steps)
     external = {v.id for v in graph.inputs} | {v.id for v in graph.constants()}
     planned = [
         PlannedStep(
@@ -158,11 +184,53 @@ def lower(graph: Graph) -> Plan:
         for s in steps
     ]
     memory = plan_memory(planned, graph.outputs, external)
-    return _generate(graph, steps, memory)
+    return _generate(graph, steps, segments, memory)
 
 
-def _generate(graph: Graph, steps: list[Step], memory: MemoryPlan) -> Plan:
-    names: dict[int, str] = {}  # value id -> expression reading it
+@dataclass
+class Segment:
+    """Steps of one stream run back to back as one task, once the segments
+    it depends on are done (the earlier segment of its stream, and those
+    making the values it reads from other streams)."""
+
+    steps: list[Step]
+    stream: int
+    deps: set[int] = field(default_factory=set)
+
+    @property
+    def cost(self) -> float:
+        return sum(s.cost for s in self.steps)
+
+
+def _segments(steps: list[Step]) -> list[Segment]:
+    """Cut each stream where it waits for another: a step reading a value made
+    on another stream starts a new segment. Segments come out in an order in
+    which each one's dependencies precede it."""
+    made_in: dict[int, int] = {}  # value id -> segment index
+    open_segment: dict[int, int] = {}  # stream -> its current segment
+    segments: list[Segment] = []
+    for step in steps:
+        foreign = {
+            made_in[v.id]
+            for v in step.node.value_inputs()
+            if v.id in made_in and segments[made_in[v.id]].stream != step.stream
+        }
+        current = open_segment.get(step.stream)
+        if current is None or (foreign - segments[current].deps):
+            segment = Segment([], step.stream, foreign)
+            if current is not None:
+                segment.deps.add(current)
+            segments.append(segment)
+            current = open_segment[step.stream] = len(segments) - 1
+        segments[current].steps.append(step)
+        for v in step.node.outputs:
+            made_in[v.id] = current
+    return segments
+
+
+def _generate(graph: Graph, steps: list[Step], segments: list[Segment], memory: MemoryPlan) -> Plan:
+    """Generate one function per segment (and, with several, one collecting
+    the outputs) inside a factory taking constants, kernels and buffers."""
     params: list[str] = []
     args: list[Any] = []
 
@@ -172,87 +240,123 @@ def _generate(graph: Graph, steps: list[Step], memory: MemoryPlan) -> Plan:
         args.append(obj)
         return name
 
-    for i, v in enumerate(graph.inputs):
-        names[v.id] = f"x{i}"
+    names: dict[int, str] = {}  # value id -> the name a segment reads it by
     for c in graph.constants():
         names[c.id] = bind("c", c.const)
-    buffer_specs: list[tuple[int, Any, tuple[int, ...]]] = []
-    buffer_names: dict[int, str] = {}
     by_id = {v.id: v for s in steps for v in s.node.outputs}
     views: dict[tuple[Any, ...], str] = {}  # one view per buffer, dtype and shape
+    buffer_specs: list[tuple[int, Any, tuple[int, ...]]] = []
     for vid, b in memory.scratch.items():
         value = by_id[vid]
         spec = (b, value.dtype, value.shape)
         if spec not in views:
             views[spec] = f"b{b}_{len(buffer_specs)}"
             buffer_specs.append(spec)
-        buffer_names[vid] = views[spec]
+        names[vid] = views[spec]
+    for vid, slot in memory.direct_outputs.items():
+        names[vid] = f"o[{slot}]"
+
+    single = len(segments) == 1
+    # Values that live in neither a buffer nor a constant and cross segments
+    # (or are outputs of a multi-segment plan) travel in the register list r,
+    # after the inputs.
+    registers: dict[int, int] = {v.id: i for i, v in enumerate(graph.inputs)}
+    segment_of: dict[int, int] = {}
+    for k, seg in enumerate(segments):
+        for step in seg.steps:
+            for v in step.node.outputs:
+                segment_of[v.id] = k
+    if not single:
+        wanted = [v.id for v in graph.outputs]
+        for k, seg in enumerate(segments):
+            for step in seg.steps:
+                wanted += [v.id for v in step.node.value_inputs() if segment_of.get(v.id, k) != k]
+        for vid in wanted:
+            if vid in segment_of and vid not in names and vid not in registers:
+                registers[vid] = len(registers)
 
     def operand(a: Any) -> str:
         if type(a) is Value:
-            return names[a.id]
+            return names.get(a.id) or f"v{a.id}"
         if type(a) in _SCALAR_LITERALS:
             return repr(a)
         return bind("s", a)
 
-    body: list[str] = []
-    header = 1  # the def line
-    unpack = ", ".join(f"x{i}" for i in range(len(graph.inputs)))
-    if graph.inputs:
-        body.append(f"    {unpack}{',' if len(graph.inputs) == 1 else ''} = r")
-    for step in steps:
-        node = step.node
-        call_args = [operand(a) for a in node.inputs]
-        kname = bind("k", step.kernel if step.out_kernel is None else step.out_kernel)
-        static = node.static if step.out_kernel is None else {}
-        call_args += [f"{k}={bind('s', v)}" for k, v in static.items()]
-        out = node.outputs[0] if len(node.outputs) == 1 else None
-        comment = f"  # {format_node(node)}"
-        if step.out_kernel is not None and out is not None:
-            if out.id in memory.direct_outputs:
-                target = f"o[{memory.direct_outputs[out.id]}]"
+    lines: list[str] = []
+    functions: list[str] = []
+    n_in = len(graph.inputs)
+    for k, seg in enumerate(segments):
+        fname = f"seg{k}"
+        functions.append(fname)
+        lines.append(f"  def {fname}(r, o):")
+        if single:
+            if n_in:
+                unpack = ", ".join(f"v{v.id}" for v in graph.inputs)
+                lines.append(f"    {unpack}{',' if n_in == 1 else ''} = r")
+        else:  # read what this segment needs from the registers
+            needed = dict.fromkeys(
+                v.id
+                for step in seg.steps
+                for v in step.node.value_inputs()
+                if v.id in registers and segment_of.get(v.id) != k
+            )
+            for vid in needed:
+                lines.append(f"    v{vid} = r[{registers[vid]}]")
+        for step in seg.steps:
+            node = step.node
+            call_args = [operand(a) for a in node.inputs]
+            kname = bind("k", step.kernel if step.out_kernel is None else step.out_kernel)
+            static = node.static if step.out_kernel is None else {}
+            call_args += [f"{key}={bind('s', value)}" for key, value in static.items()]
+            comment = f"  # {format_node(node)}"
+            out = node.outputs[0]
+            if step.out_kernel is not None:
+                lines.append(f"    {kname}({', '.join(call_args)}, {names[out.id]}){comment}")
             else:
-                target = buffer_names[out.id]
-            body.append(f"    {kname}({', '.join(call_args)}, {target}){comment}")
-            names[out.id] = target
+                lhs = ", ".join(f"v{v.id}" for v in node.outputs)
+                lines.append(f"    {lhs} = {kname}({', '.join(call_args)}){comment}")
+            step.line = len(lines) + 1  # the factory's def line comes first
+            if not single:
+                for v in node.outputs:
+                    if v.id in registers and v.id not in names:
+                        lines.append(f"    r[{registers[v.id]}] = v{v.id}")
+        if single:
+            lines += _collect_lines(graph, memory, operand)
         else:
-            results = [f"v{v.id}" for v in node.outputs]
-            for v, r in zip(node.outputs, results, strict=True):
-                names[v.id] = r
-            lhs = results[0] if len(results) == 1 else ", ".join(results)
-            body.append(f"    {lhs} = {kname}({', '.join(call_args)}){comment}")
-        step.line = header + len(body)
-    for vid, slot in memory.copied_outputs:
-        body.append(f"    _copyto(o[{slot}], {names[vid]})")
-    result = []
-    for slot, v in enumerate(graph.outputs):
-        if v.id in memory.direct_outputs:
-            result.append(f"o[{memory.direct_outputs[v.id]}]")
-        elif (v.id, slot) in memory.copied_outputs:
-            result.append(f"o[{slot}]")
-        else:
-            result.append(names[v.id])
-    body.append(f"    return [{', '.join(result)}]")
+            lines.append("    return None")
+    if not single:
+        functions.append("collect")
+        lines.append("  def collect(r, o):")
+        for vid, slot in registers.items():
+            if slot < n_in:
+                lines.append(f"    v{vid} = r[{slot}]")
+
+        def from_register(a: Any) -> str:
+            if type(a) is Value and a.id in registers and a.id not in names:
+                return f"r[{registers[a.id]}]"
+            return operand(a)
+
+        lines += _collect_lines(graph, memory, from_register)
     source = (
         f"def factory({', '.join([*params, *views.values()])}):\n"
-        "  def run(r, o):\n" + "\n".join("  " + line for line in body) + "\n  return run\n"
+        + "\n".join(lines)
+        + f"\n  return ({', '.join(functions)},)\n"
     )
     filename = f"<eagerrt plan {graph.name} #{next(_plans)}>"
     # Lines of the generated code show in tracebacks and profilers.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict[str, Any] = {"_copyto": np.copyto}
     exec(compile(source, filename, "exec"), namespace)
-    for step in steps:
-        step.line += 1  # "def factory" comes first
-    cost = sum(s.cost for s in steps)
     plan = Plan(
         graph=graph,
         steps=steps,
+        segments=segments,
         memory=memory,
         source=source,
         filename=filename,
         outputs=list(graph.outputs),
-        cost=cost,
+        cost=sum(s.cost for s in steps),
+        n_registers=len(registers),
     )
     plan.factory = namespace["factory"]
     plan._factory_args = args
@@ -261,6 +365,27 @@ def _generate(graph: Graph, steps: list[Step], memory: MemoryPlan) -> Plan:
         {*memory.direct_outputs.values(), *(slot for _, slot in memory.copied_outputs)}
     )
     return plan
+
+
+def _collect_lines(graph: Graph, memory: MemoryPlan, read: Callable[[Any], str]) -> list[str]:
+    """Copy the outputs that need it into their buffers; return the outputs."""
+    lines = [f"    _copyto(o[{slot}], {read(by)})" for by, slot in _copied(graph, memory)]
+    result = []
+    copied = set(memory.copied_outputs)
+    for slot, v in enumerate(graph.outputs):
+        if v.id in memory.direct_outputs:
+            result.append(f"o[{memory.direct_outputs[v.id]}]")
+        elif (v.id, slot) in copied:
+            result.append(f"o[{slot}]")
+        else:
+            result.append(read(v))
+    lines.append(f"    return [{', '.join(result)}]")
+    return lines
+
+
+def _copied(graph: Graph, memory: MemoryPlan) -> list[tuple[Value, int]]:
+    by_id = {v.id: v for v in graph.outputs}
+    return [(by_id[vid], slot) for vid, slot in memory.copied_outputs]
 
 
 def inline_ok(plan: Plan) -> bool:
