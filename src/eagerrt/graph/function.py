@@ -32,7 +32,7 @@ from .executor import run_plan
 from .ir import Graph
 from .passes import optimize
 from .plan import Plan, lower
-from .tracing import is_tracing, output_structure, trace_async, trace_sync
+from .tracing import _OUTPUT, is_tracing, output_structure, trace_async, trace_sync
 
 __all__ = ["Function", "function"]
 
@@ -52,13 +52,37 @@ class Compiled:
     positions: list[int]  # which flattened argument leaves are graph inputs
 
     def call(self, leaves: list[Any]) -> Any:
-        from ..ops.creation import asarray
-
         inputs = []
         for p in self.positions:
             leaf = leaves[p]
-            inputs.append(leaf if type(leaf) is Tensor else asarray(leaf))
-        return output_structure(self.structure, run_plan(self.plan, inputs))
+            inputs.append(leaf if type(leaf) is Tensor else _asarray(leaf))
+        return self.finish(run_plan(self.plan, inputs))
+
+    def finish(self, outputs: list[Tensor]) -> Any:
+        if self.structure is _ONE_OUTPUT:
+            return outputs[0]
+        return output_structure(self.structure, outputs)
+
+
+def _asarray(data: Any) -> Tensor:
+    from ..ops.creation import asarray
+
+    return asarray(data)
+
+
+#: The output structure of a function returning one tensor (the common case).
+_ONE_OUTPUT = (pytree.LEAF, [_OUTPUT])
+
+
+def _fast_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The cache key of a call whose arguments are all concrete tensors (the
+    common case), without flattening; None for any other call."""
+    key: list[Any] = []
+    for a in args:
+        if type(a) is not Tensor or a._state == TRACED:
+            return None
+        key += (a.shape, a.dtype, a.device)
+    return tuple(key)
 
 
 def _signature(leaves: list[Any], tree: Any, name: str) -> tuple[Any, ...]:
@@ -96,6 +120,9 @@ class Function(Generic[_F]):
         self._async = inspect.iscoroutinefunction(fn)
         self._name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
         self._cache: OrderedDict[tuple[Any, ...], Compiled] = OrderedDict()
+        # Traces of calls with only tensor arguments, by _fast_key (a subset of
+        # _cache, kept in step with it).
+        self._fast: dict[tuple[Any, ...], Compiled] = {}
         self._max_traces = max_traces
         #: How many times the function has been traced (new signatures, evictions).
         self.traces = 0
@@ -114,6 +141,10 @@ class Function(Generic[_F]):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._async:
             return self._call_async(args, kwargs)
+        if not kwargs:
+            compiled = self._fast.get(_fast_key(args))  # type: ignore[arg-type]
+            if compiled is not None:
+                return compiled.finish(run_plan(compiled.plan, args))  # type: ignore[arg-type]
         leaves, tree = pytree.flatten((args, kwargs))
         if _has_traced(leaves):  # called while tracing another function: inline it
             return self._fn(*args, **kwargs)
@@ -126,6 +157,10 @@ class Function(Generic[_F]):
         return compiled.call(leaves)
 
     async def _call_async(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not kwargs:
+            compiled = self._fast.get(_fast_key(args))  # type: ignore[arg-type]
+            if compiled is not None:
+                return compiled.finish(run_plan(compiled.plan, args))  # type: ignore[arg-type]
         leaves, tree = pytree.flatten((args, kwargs))
         if _has_traced(leaves):
             return await self._fn(*args, **kwargs)
@@ -149,7 +184,7 @@ class Function(Generic[_F]):
         for c in graph.constants():
             if type(c.const) is Tensor:
                 c.const.wait()
-        return self._store(key, graph, structure, positions)
+        return self._store(key, graph, structure, positions, args, kwargs)
 
     async def _compile_async(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: tuple[Any, ...]
@@ -160,21 +195,33 @@ class Function(Generic[_F]):
         for c in graph.constants():
             if type(c.const) is Tensor:
                 await c.const  # weights still being computed (or loaded)
-        return self._store(key, graph, structure, positions)
+        return self._store(key, graph, structure, positions, args, kwargs)
 
     def _store(
-        self, key: tuple[Any, ...], graph: Graph, structure: Any, positions: list[int]
+        self,
+        key: tuple[Any, ...],
+        graph: Graph,
+        structure: Any,
+        positions: list[int],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Compiled:
         for c in graph.constants():
             if type(c.const) is Tensor:
                 c.const = c.const._native()  # a failed weight raises its KernelError here
         graph.note("trace", f"{len(graph.nodes)} ops traced")
         optimize(graph)
+        if structure == _ONE_OUTPUT:
+            structure = _ONE_OUTPUT  # the same object: finish() tests identity
         compiled = Compiled(graph, lower(graph), structure, positions)
         self.traces += 1
         self._cache[key] = compiled
+        fast = _fast_key(args) if not kwargs else None
+        if fast is not None and positions == list(range(len(args))):
+            self._fast[fast] = compiled
         while len(self._cache) > self._max_traces:
-            self._cache.popitem(last=False)
+            _, dropped = self._cache.popitem(last=False)
+            self._fast = {k: c for k, c in self._fast.items() if c is not dropped}
         return compiled
 
     def compiled_for(self, *args: Any, **kwargs: Any) -> Compiled:

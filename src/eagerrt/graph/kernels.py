@@ -64,7 +64,15 @@ def _softmax_out(node: Node) -> OutKernel | None:
     return lambda x, out: softmax_rows_into(x, out, log)
 
 
+def _relu_out(node: Node) -> OutKernel | None:
+    x = node.inputs[0]
+    if type(x) is not Value or not _same_dtype(node):
+        return None
+    return lambda x, out: np.maximum(x, 0, out=out)  # the eager kernel, written into out
+
+
 _TABLE: dict[str, Callable[[Node], OutKernel | None]] = {
+    "relu": _relu_out,
     "matmul": _matmul_out,
     "softmax": _softmax_out,
     "log_softmax": _softmax_out,
@@ -92,6 +100,6 @@ def out_kernel_for(node: Node, kernel: Callable[..., Any]) -> OutKernel | None:
 def writes_elementwise(node: Node, kernel: Callable[..., Any]) -> bool:
     """Whether the out form reads each element before writing the same one, so
     it may write over an operand of the output's own shape (in place)."""
-    if getattr(node.op, "elementwise", False):
+    if getattr(node.op, "elementwise", False) or node.name == "relu":
         return True
     return isinstance(kernel, np.ufunc) and not node.static

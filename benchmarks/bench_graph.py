@@ -1,0 +1,426 @@
+"""Graph mode (``ert.function``) against eager eagerrt and hand-written code.
+
+Four workloads, each timed with its candidates interleaved round by round in
+one process:
+
+* **tiny model**: 100 dependent 4x4 float32 matmuls ``x = x @ w``, per-op time:
+  the hand-written numpy loop (baseline), a hand-fused numba loop of the same
+  chain (the optimum TFRT compared itself with), eagerrt eager, eagerrt
+  compiled. Targets: compiled <= 0.5x numpy; moonshot <= 1.3x numba.
+* **MLP** (batch 32, 784-512-512-10, relu, softmax): hand-written numpy
+  (baseline), eagerrt eager, eagerrt compiled. Target: compiled <= 1.0x numpy.
+* **normalize-then-concat** (TFRT's example): 18 features of shape (256, 1),
+  each ``(x_i - mean_i) / std_i``, concatenated: hand-written numpy (baseline),
+  eager, compiled.
+* **steady-state memory** of the compiled MLP: arrays allocated per call (from
+  the memory plan) and the peak bytes a call allocates (tracemalloc), eager
+  and numpy alongside.
+* **compile time** of the MLP's first call (trace, passes, lowering, numba),
+  in fresh processes: with empty caches, then with numba's cache warm.
+
+Run: ``python benchmarks/bench_graph.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+from typing import Any
+
+import numba
+import numpy as np
+
+import eagerrt as ert
+from _common import add_row, add_target, bench_main, finish, interleave_async, new_result, now_ns
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# -- the tiny model -------------------------------------------------------------------------
+@numba.njit(nogil=True, cache=True)
+def _numba_chain(x: Any, w: Any, n: int, a: Any, b: Any) -> None:  # pragma: no cover
+    """The chain hand-fused: n 4x4 products, ping-ponging two scratch buffers."""
+    a[:] = x
+    for _ in range(n):
+        for i in range(4):
+            for j in range(4):
+                s = a[i, 0] * w[0, j]
+                for k in range(1, 4):
+                    s += a[i, k] * w[k, j]
+                b[i, j] = s
+        a, b = b, a
+
+
+def _numpy_chain(x: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
+    for _ in range(n):
+        x = x @ w
+    return x
+
+
+def tiny_model(result: dict[str, Any], quick: bool, n_ops: int, rounds: int, reps: int) -> None:
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((4, 4)) * 0.5).astype(np.float32)
+    x = rng.standard_normal((4, 4)).astype(np.float32)
+    ew, ex = ert.asarray(w), ert.asarray(x)
+
+    @ert.function
+    async def compiled(x: Any) -> Any:
+        for _ in range(n_ops):
+            x = x @ ew
+        return x
+
+    async def eager(x: Any) -> Any:
+        for _ in range(n_ops):
+            x = x @ ew
+        return x
+
+    scratch = (np.empty_like(x), np.empty_like(x))
+
+    def per_op(fn: Any) -> Any:
+        def candidate() -> float:
+            start = now_ns()
+            for _ in range(reps):
+                fn()
+            return (now_ns() - start) / (reps * n_ops)
+
+        return candidate
+
+    def per_op_async(fn: Any) -> Any:
+        async def candidate() -> float:
+            start = now_ns()
+            for _ in range(reps):
+                y = await fn(ex)
+            await y
+            return (now_ns() - start) / (reps * n_ops)
+
+        return candidate
+
+    candidates = {
+        "numpy": per_op(lambda: _numpy_chain(x, w, n_ops)),
+        "numba_fused": per_op(lambda: _numba_chain(x, w, n_ops, *scratch)),
+        "eager": per_op_async(eager),
+        "compiled": per_op_async(compiled),
+    }
+
+    async def measure() -> Any:
+        expected = _numpy_chain(x, w, n_ops)
+        np.testing.assert_allclose(await (await compiled(ex)), expected, rtol=1e-4, atol=1e-30)
+        return await interleave_async(candidates, rounds, warm_up=True)
+
+    samples = asyncio.run(measure())
+    fig = result["figures"]
+    for name in samples.names:
+        fig[f"tiny_{name}_ns_per_op"] = samples.best(name)
+    for name, label in [
+        ("numpy", "tiny model: numpy loop `x = x @ w` (baseline)"),
+        ("numba_fused", "tiny model: hand-fused numba loop"),
+        ("eager", "tiny model: eagerrt eager"),
+        ("compiled", "tiny model: eagerrt compiled (ert.function)"),
+    ]:
+        add_row(
+            result, label, samples.best(name), "ns/op",
+            samples.ratio(name, "numpy"), "vs numpy", samples.paired_ratio(name, "numpy"),
+        )  # fmt: skip
+    fig["tiny_compiled_vs_numpy"] = samples.ratio("compiled", "numpy")
+    fig["tiny_compiled_vs_numba"] = samples.ratio("compiled", "numba_fused")
+    add_row(
+        result, "tiny model: compiled vs hand-fused numba", fig["tiny_compiled_vs_numba"], "x",
+        None, "", samples.paired_ratio("compiled", "numba_fused"),
+    )  # fmt: skip
+    add_target(result, "tiny_compiled_vs_numpy", "tiny model: compiled / numpy loop",
+               fig["tiny_compiled_vs_numpy"], 0.5, "<=")  # fmt: skip
+    add_target(result, "tiny_compiled_vs_numba", "tiny model (moonshot): compiled / numba",
+               fig["tiny_compiled_vs_numba"], 1.3, "<=")  # fmt: skip
+
+
+# -- the MLP ----------------------------------------------------------------------------------
+def mlp_weights(sizes: tuple[int, ...], seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    params = []
+    for fan_in, fan_out in itertools.pairwise(sizes):
+        params.append((rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype("float32"))
+        params.append((rng.standard_normal(fan_out) * 0.1).astype("float32"))
+    return params
+
+
+def numpy_mlp(x: np.ndarray, params: list[np.ndarray]) -> np.ndarray:
+    w1, b1, w2, b2, w3, b3 = params
+    h = np.maximum(x @ w1 + b1, 0)
+    h = np.maximum(h @ w2 + b2, 0)
+    z = h @ w3 + b3
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+def make_mlp(params: list[np.ndarray]) -> Any:
+    w1, b1, w2, b2, w3, b3 = (ert.asarray(p) for p in params)
+
+    async def mlp(x: Any) -> Any:
+        h = ert.relu(x @ w1 + b1)
+        h = ert.relu(h @ w2 + b2)
+        return ert.softmax(h @ w3 + b3, axis=-1)
+
+    return mlp
+
+
+def mlp_bench(
+    result: dict[str, Any], batch: int, sizes: tuple[int, ...], rounds: int, reps: int
+) -> None:
+    params = mlp_weights(sizes)
+    x = np.random.default_rng(1).standard_normal((batch, sizes[0])).astype("float32")
+    ex = ert.asarray(x)
+    eager = make_mlp(params)
+    compiled = ert.function(eager)
+
+    def per_call_async(fn: Any) -> Any:
+        async def candidate() -> float:
+            start = now_ns()
+            for _ in range(reps):
+                y = await fn(ex)
+                await y
+            return (now_ns() - start) / reps / 1000
+
+        return candidate
+
+    def numpy_candidate() -> float:
+        start = now_ns()
+        for _ in range(reps):
+            numpy_mlp(x, params)
+        return (now_ns() - start) / reps / 1000
+
+    candidates = {
+        "numpy": numpy_candidate,
+        "eager": per_call_async(eager),
+        "compiled": per_call_async(compiled),
+    }
+
+    async def measure() -> Any:
+        expected = numpy_mlp(x, params)
+        np.testing.assert_allclose(await (await compiled(ex)), expected, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(await (await eager(ex)), expected, rtol=1e-4, atol=1e-6)
+        return await interleave_async(candidates, rounds, warm_up=True)
+
+    samples = asyncio.run(measure())
+    fig = result["figures"]
+    for name, label in [
+        ("numpy", "MLP: hand-written numpy (baseline)"),
+        ("eager", "MLP: eagerrt eager"),
+        ("compiled", "MLP: eagerrt compiled"),
+    ]:
+        fig[f"mlp_{name}_us"] = samples.best(name)
+        add_row(
+            result, label, samples.best(name), "us/call",
+            samples.ratio(name, "numpy"), "vs numpy", samples.paired_ratio(name, "numpy"),
+        )  # fmt: skip
+    fig["mlp_compiled_vs_numpy"] = samples.ratio("compiled", "numpy")
+    fig["mlp_compiled_vs_eager"] = samples.ratio("compiled", "eager")
+    add_target(result, "mlp_compiled_vs_numpy", "MLP: compiled / hand-written numpy",
+               fig["mlp_compiled_vs_numpy"], 1.0, "<=")  # fmt: skip
+    _memory(result, compiled, eager, ex, x, params)
+
+
+def _peak_growth(fn: Any, calls: int) -> int:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        worst = 0
+        for _ in range(calls):
+            start = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            fn()
+            worst = max(worst, tracemalloc.get_traced_memory()[1] - start)
+    finally:
+        tracemalloc.stop()
+    return worst
+
+
+def _memory(
+    result: dict[str, Any], compiled: Any, eager: Any, ex: Any, x: np.ndarray, params: Any
+) -> None:
+    """Steady state: what one more call allocates."""
+
+    async def call(fn: Any) -> None:
+        await (await fn(ex))
+
+    def run_sync(fn: Any) -> Any:
+        return lambda: asyncio.run(call(fn))
+
+    # Warm the compiled function's context first (its buffers are made once).
+    asyncio.run(call(compiled))
+    plan = compiled.compiled_for(ex).plan
+    new_arrays = sum(1 for s in plan.steps if s.out_kernel is None)
+    fig = result["figures"]
+    fig["mlp_compiled_new_arrays_per_call"] = new_arrays
+    add_row(result, "MLP compiled: new arrays per call (memory plan)", new_arrays, "arrays")
+    # asyncio.run itself allocates; measure the call inside one loop instead.
+    peaks = {}
+    for name, fn in [("compiled", compiled), ("eager", eager)]:
+
+        async def measure(fn: Any = fn) -> int:
+            await call(fn)
+            gc.collect()
+            tracemalloc.start()
+            worst = 0
+            try:
+                for _ in range(5):
+                    start = tracemalloc.get_traced_memory()[0]
+                    tracemalloc.reset_peak()
+                    await call(fn)
+                    worst = max(worst, tracemalloc.get_traced_memory()[1] - start)
+            finally:
+                tracemalloc.stop()
+            return worst
+
+        peaks[name] = asyncio.run(measure())
+    peaks["numpy"] = _peak_growth(lambda: numpy_mlp(x, params), 5)
+    for name in ("numpy", "eager", "compiled"):
+        fig[f"mlp_{name}_peak_bytes_per_call"] = peaks[name]
+        add_row(result, f"MLP {name}: peak bytes allocated per call", peaks[name], "bytes")
+    add_target(result, "mlp_compiled_new_arrays", "MLP compiled: new arrays per call",
+               new_arrays, 0, "<=")  # fmt: skip
+
+
+# -- normalize-then-concat ------------------------------------------------------------------------
+def normalize_bench(result: dict[str, Any], batch: int, rounds: int, reps: int) -> None:
+    n = 18
+    rng = np.random.default_rng(2)
+    means = [float(m) for m in rng.standard_normal(n)]
+    stds = [float(s) for s in rng.uniform(0.5, 2.0, n)]
+    features = [rng.standard_normal((batch, 1)).astype("float32") for _ in range(n)]
+    e_features = [ert.asarray(f) for f in features]
+    e_means = [ert.asarray(np.float32(m)) for m in means]
+    e_stds = [ert.asarray(np.float32(s)) for s in stds]
+
+    def numpy_normalize(fs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(
+            [(f - np.float32(m)) / np.float32(s) for f, m, s in zip(fs, means, stds, strict=True)],
+            axis=1,
+        )
+
+    async def normalize(fs: list[Any]) -> Any:
+        return ert.concat(
+            [(f - m) / s for f, m, s in zip(fs, e_means, e_stds, strict=True)], axis=1
+        )
+
+    compiled = ert.function(normalize)
+
+    def per_call_async(fn: Any) -> Any:
+        async def candidate() -> float:
+            start = now_ns()
+            for _ in range(reps):
+                y = await fn(e_features)
+                await y
+            return (now_ns() - start) / reps / 1000
+
+        return candidate
+
+    def numpy_candidate() -> float:
+        start = now_ns()
+        for _ in range(reps):
+            numpy_normalize(features)
+        return (now_ns() - start) / reps / 1000
+
+    candidates = {
+        "numpy": numpy_candidate,
+        "eager": per_call_async(normalize),
+        "compiled": per_call_async(compiled),
+    }
+
+    async def measure() -> Any:
+        expected = numpy_normalize(features)
+        np.testing.assert_allclose(await (await compiled(e_features)), expected, rtol=1e-5)
+        return await interleave_async(candidates, rounds, warm_up=True)
+
+    samples = asyncio.run(measure())
+    graph = compiled.compiled_for(e_features).graph
+    result["params"]["normalize_compiled_ops"] = ", ".join(n.name for n in graph.nodes)
+    fig = result["figures"]
+    for name, label in [
+        ("numpy", "normalize+concat: hand-written numpy (baseline)"),
+        ("eager", "normalize+concat: eagerrt eager"),
+        ("compiled", "normalize+concat: eagerrt compiled"),
+    ]:
+        fig[f"normalize_{name}_us"] = samples.best(name)
+        add_row(
+            result, label, samples.best(name), "us/call",
+            samples.ratio(name, "numpy"), "vs numpy", samples.paired_ratio(name, "numpy"),
+        )  # fmt: skip
+    fig["normalize_compiled_vs_numpy"] = samples.ratio("compiled", "numpy")
+    add_target(result, "normalize_compiled_vs_numpy", "normalize+concat: compiled / numpy",
+               fig["normalize_compiled_vs_numpy"], 1.0, "<=")  # fmt: skip
+
+
+# -- compile time -----------------------------------------------------------------------------
+_COMPILE_SCRIPT = """
+import asyncio, json, sys, time
+sys.path.insert(0, {here!r})
+t0 = time.perf_counter()
+import numpy as np, eagerrt as ert
+from bench_graph import make_mlp, mlp_weights
+imported = time.perf_counter()
+compiled = ert.function(make_mlp(mlp_weights({sizes!r})))
+x = ert.asarray(np.ones(({batch}, {sizes[0]}), "float32"))
+async def first():
+    start = time.perf_counter()
+    y = await compiled(x)
+    await y
+    return time.perf_counter() - start
+print(json.dumps({{"first_call_s": asyncio.run(first()), "import_s": imported - t0}}))
+"""
+
+
+def compile_time(result: dict[str, Any], batch: int, sizes: tuple[int, ...]) -> None:
+    script = _COMPILE_SCRIPT.format(here=HERE, sizes=sizes, batch=batch)
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache, EAGERRT_CACHE_DIR=cache)
+        runs = []
+        for _ in range(2):  # the first with empty caches, the second with them warm
+            out = subprocess.run(
+                [sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                check=True, timeout=600,
+            )  # fmt: skip
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    fig = result["figures"]
+    fig["mlp_first_call_cold_s"] = runs[0]["first_call_s"]
+    fig["mlp_first_call_warm_s"] = runs[1]["first_call_s"]
+    add_row(result, "MLP first call: trace + compile, empty caches", runs[0]["first_call_s"], "s")
+    add_row(result, "MLP first call: trace + compile, numba cache warm",
+            runs[1]["first_call_s"], "s")  # fmt: skip
+
+
+def run(
+    quick: bool = False,
+    *,
+    n_ops: int = 100,
+    batch: int = 32,
+    sizes: tuple[int, ...] = (784, 512, 512, 10),
+    rounds: int | None = None,
+    reps: int | None = None,
+    with_compile_time: bool = True,
+) -> dict[str, Any]:
+    """Graph mode: tiny model, MLP, normalize+concat, memory, compile time."""
+    rounds = rounds or (3 if quick else 15)
+    reps = reps or (20 if quick else 200)
+    result = new_result(
+        "graph",
+        "Graph mode: ert.function vs eager and hand-written code",
+        quick,
+        {"tiny_n_ops": n_ops, "mlp": f"{batch}x" + "-".join(map(str, sizes)), "rounds": rounds},
+    )
+    tiny_model(result, quick, n_ops, rounds, reps)
+    mlp_bench(result, batch, sizes, rounds, max(1, reps // 10))
+    normalize_bench(result, 256, rounds, max(1, reps // 4))
+    if with_compile_time:
+        compile_time(result, batch, sizes)
+    return finish(result)
+
+
+if __name__ == "__main__":
+    bench_main(run)
