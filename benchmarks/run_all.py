@@ -41,6 +41,7 @@ BENCHMARKS = {
     "io_overlap": "bench_io_overlap",
     "await_overhead": "bench_await_overhead",
     "conv_attention": "bench_conv_attention",
+    "graph": "bench_graph",
 }
 
 
