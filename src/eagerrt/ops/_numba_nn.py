@@ -24,6 +24,7 @@ __all__ = [
     "max_pool2d",
     "normalize_rows",
     "pad_into",
+    "transpose_scaled",
     "winograd_input",
     "winograd_output",
     "winograd_weights",
@@ -456,6 +457,20 @@ def normalize_rows(
             out[r, c] = (x[r, c] - mean) * inv * weight[c] + bias[c]
 
 
+@numba.njit(nogil=True, cache=True)
+def transpose_scaled(a: Any, out: Any, scale: float) -> None:  # pragma: no cover - compiled
+    """``out[b] = a[b].T * scale`` for (B, m, n) ``a`` and (B, n, m) ``out``:
+    attention's keys, so that the scores' product reads both operands in
+    BLAS's plain layout (measured 0.76 vs 1.21 ms for 48 heads' q @ k^T from
+    a transposed view, where this copy costs 0.15 ms)."""
+    batch, rows, cols = a.shape
+    factor = a.dtype.type(scale)
+    for b in range(batch):
+        for j in range(cols):
+            for i in range(rows):
+                out[b, j, i] = a[b, i, j] * factor
+
+
 # -- attention softmax -----------------------------------------------------------
 # numba has no vectorized exp without Intel's SVML, and a scalar libm call per
 # score made the softmax cost more than both matmuls of attention together. So
@@ -501,9 +516,11 @@ def _softmax_rows_f32(s: Any, scale: Any, causal: bool) -> None:  # pragma: no c
             top = _I32(-0x80000000)
             magnitude = _I32(0)
             for c in range(n):
+                # Every int32 result cast back: numba widens int32 arithmetic
+                # to int64, which halves the vector lanes (measured 2.7x slower).
                 v = irow[c]
-                top = max(top, v ^ ((v >> _SIGN_SHIFT) & _ABS))
-                magnitude = max(magnitude, v & _ABS)
+                top = max(top, _I32(v ^ _I32(_I32(v >> _SIGN_SHIFT) & _ABS)))
+                magnitude = max(magnitude, _I32(v & _ABS))
             if magnitude > _INF_BITS or top == _INF_BITS:  # a nan or +inf: all nan
                 for c in range(cols):
                     row[c] = np.nan
@@ -522,7 +539,7 @@ def _softmax_rows_f32(s: Any, scale: Any, causal: bool) -> None:  # pragma: no c
                 p = _ONE + r * (
                     _ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7)))))
                 )
-                bits[c] = (np.int32(k) + _I32(127)) << _I32(23)
+                bits[c] = _I32(_I32(_I32(k) + _I32(127)) << _I32(23))
                 row[c] = p if t > _EXP_FLOOR else 0
             total = _F32(0.0)
             for c in range(n):

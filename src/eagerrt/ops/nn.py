@@ -1602,32 +1602,32 @@ def _attend(
     single: bool,
 ) -> None:
     """Attention for (batch, head) pairs [b0, b1), block by block: scores =
-    q @ k^T, the fused softmax in place (numba), out = probabilities @ v.
-    Products go in row chunks of at most _BLAS_ONE_THREAD m*n*k, which keeps
-    them on this thread even where BLAS can't be told so, and measured faster
-    than whole heads (3.1-3.5 vs 3.7-5.1 ms here) even where it can.
-    ``single`` (whether BLAS was told) is not needed."""
-    from ._numba_nn import attention_softmax
+    q @ (k^T * scale) (k transposed and scaled by numba), the fused softmax in
+    place (numba), out = probabilities @ v. Products go in row chunks of at
+    most _BLAS_ONE_THREAD m*n*k, which keeps them on this thread even where
+    BLAS can't be told so, and measured faster than whole heads (3.1-3.5 vs
+    3.7-5.1 ms here) even where it can. ``single`` (whether BLAS was told) is
+    not needed."""
+    from ._numba_nn import attention_softmax, transpose_scaled
 
-    _, length, _ = qb.shape
+    _, length, embed = qb.shape
     source = kb.shape[1]
     dtype = qb.dtype
     step = max(1, _SCORE_BLOCK // max(1, length * source))
     scores = np.empty((min(b1 - b0, step), length, source), dtype)
+    keys = np.empty((min(b1 - b0, step), embed, source), dtype)
     neg_inf = dtype.type(-np.inf)
     for c0 in range(b0, b1, step):
         c1 = min(b1, c0 + step)
-        s = scores[: c1 - c0]
-        _one_thread_matmul(qb[c0:c1], kb[c0:c1].transpose(0, 2, 1), s)
-        factor = scale
+        s, kt = scores[: c1 - c0], keys[: c1 - c0]
+        transpose_scaled(kb[c0:c1], kt, scale)
+        _one_thread_matmul(qb[c0:c1], kt, s)
         if masks is not None:
-            s *= dtype.type(scale)
-            factor = 1.0
             if masks.dtype == np.bool_:
                 np.copyto(s, neg_inf, where=~masks[c0:c1])
             else:
                 s += masks[c0:c1]
-        attention_softmax(s, factor, is_causal)
+        attention_softmax(s, 1.0, is_causal)
         _one_thread_matmul(s, vb[c0:c1], out[c0:c1])
 
 
