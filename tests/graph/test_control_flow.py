@@ -131,6 +131,16 @@ def test_pending_captured_tensor_is_waited_for(gate: Callable[[], Any]) -> None:
     np.testing.assert_array_equal(y.numpy(timeout=10), [11.0, 21.0, 31.0])
 
 
+def test_a_later_write_to_an_operand_waits_for_the_read(gate: Callable[[], Any]) -> None:
+    g = gate()
+    x = ert.asarray(np.arange(3.0))
+    y = ert.cond(g(np.array(True)), lambda v: v * 2, lambda v: v, x)
+    x[0] = 100.0  # value semantics: y reads the version before the write
+    g.open()
+    np.testing.assert_array_equal(y.numpy(timeout=10), [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(x.numpy(timeout=10), [100.0, 1.0, 2.0])
+
+
 @pytest.mark.anyio
 async def test_await_results_in_async_code() -> None:
     @ert.function
@@ -279,6 +289,38 @@ def test_traced_tensor_leaked_from_a_branch_is_an_error() -> None:
 
     with pytest.raises(ert.TracingError, match="another trace"):
         ert.cond(True, grab, use, ert.ones(2))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_writes_inside_a_branch_stay_inside(compiled: bool) -> None:
+    def branch(v: Any) -> Any:
+        v[0] = 100.0  # the branch's own operand: a new version inside the branch
+        v += 1
+        return v
+
+    def f(x: Any) -> Any:
+        return ert.cond(x[1] > 0, branch, lambda v: v * 2, x)
+
+    run = ert.function(f) if compiled else f
+    x = ert.asarray(np.array([0.0, 1.0, 2.0]))
+    np.testing.assert_array_equal(run(x).numpy(), [101.0, 2.0, 3.0])
+    np.testing.assert_array_equal(x.numpy(), [0.0, 1.0, 2.0])
+
+
+def test_writing_into_a_traced_tensor_from_outside_is_an_error() -> None:
+    @ert.function
+    def f(x: Any) -> Any:
+        y = x * 2
+
+        def branch(v: Any) -> Any:
+            y[0] = v[0]
+            return v
+
+        out = ert.cond(x[0] > 0, branch, lambda v: v, x)
+        return out + y
+
+    with pytest.raises(ert.TracingError, match=r"true_fn writes into .* traced outside it"):
+        f(np.ones(2))
 
 
 # -- errors at the call -----------------------------------------------------------------

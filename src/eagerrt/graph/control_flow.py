@@ -10,15 +10,21 @@ So the results come back at once, with known shapes and dtypes, and are
 computed once the predicate and operands are ready, without blocking the
 caller.
 
-* Eagerly, the op is a one-node plan run like a compiled function's (inline
-  when everything is ready and cheap, otherwise as a task on the workers).
+* Eagerly, the op runs like an eager op with several results: inline when its
+  operands are ready and it is cheap, otherwise as a task parked on them (on
+  the workers if costly). Only the branch taken is lowered.
 * Inside ``ert.function``, it is a ``cond`` / ``while_loop`` node of the traced
-  graph; its kernel runs the sub-plans on the arrays of the enclosing plan.
+  graph (its sub-plans made when the function compiles); the node's kernel
+  runs them on the arrays of the enclosing plan.
 
 Tensors a function closes over (a weight, or a value the enclosing
 ``ert.function`` traced) become extra operands of the op, so it waits for them
-like for its operands. Ops in a function that read none of its operands run
-once, while it is traced (as ``ert.function`` computes its constants).
+like for its operands (including those only the branch not taken reads).
+Ops in a function that read none of its operands or traced values run once,
+while it is traced, whichever branch is taken (as ``ert.function`` computes
+its constants); so does a write of concrete data into a closed-over tensor.
+Writing a traced value into a tensor from around the function is an error:
+return the new value instead.
 
 >>> import numpy as np, eagerrt as ert
 >>> x = ert.asarray(np.array([1.0, -2.0, 3.0]))
@@ -33,27 +39,31 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .._core.async_value import ERROR, PENDING, READY
 from .._core.config import config
 from .._core.errors import (
     ArgumentError,
     DTypeError,
+    Failure,
     ShapeError,
     SourceLine,
     TracingError,
     UsageError,
     user_line,
 )
+from .._core.scheduler import Task, count_inline, schedule
 from ..ops.creation import asarray
 from ..tensor import TRACED, Tensor
 from . import pytree, tracing
-from .executor import run_plan
-from .ir import Graph, Node, Value
+from .cost_model import node_cost
+from .ir import Graph, Value
 from .passes import optimize
 from .plan import Plan, StepFailed, lower
 from .tracing import Trace, traced_tensor
@@ -98,6 +108,9 @@ class _SubTrace(Trace):
         super().__init__(graph)
         self.parent = parent
         self.captured: list[Tensor] = []
+        #: For each captured traced tensor, the value it stood for (a write in
+        #: the function would re-point it; see _check_no_writes_out).
+        self.captured_values: list[Value | None] = []
         self._inputs_by_key: dict[tuple[str, int], Value] = {}
 
     def operand(self, arg: Any) -> Any:
@@ -116,22 +129,47 @@ class _SubTrace(Trace):
             self.graph.inputs.append(known)
             self.values.add(known.id)
             self.captured.append(arg)
+            self.captured_values.append(arg._value if arg._state == TRACED else None)
             self._inputs_by_key[key] = known
         return known
 
 
-@dataclass(eq=False)
 class _Sub:
-    """A traced and compiled function: its plan takes the operands, then its captures."""
+    """A traced function (a branch, a loop's condition or body) and its plan,
+    which takes the operands, then the captured tensors.
 
-    name: str
-    graph: Graph
-    plan: Plan
-    tree: Any  # the result's structure (pytree)
-    types: list[Value]  # the result leaves (shape, dtype, device as traced)
-    captured: list[Tensor]
-    #: Where its captured tensors are among the op's operands (set by _operands).
-    captures: list[int] = field(default_factory=list)
+    The plan is made on first use: an eager ``cond`` lowers only the branch it
+    takes; a graph node's are made when the enclosing function compiles.
+    """
+
+    def __init__(
+        self, name: str, graph: Graph, tree: Any, types: list[Value], captured: list[Tensor]
+    ) -> None:
+        self.name = name
+        self.graph = graph
+        self.tree = tree  # the result's structure (pytree)
+        self.types = types  # the result leaves (shape, dtype, device as traced)
+        self.captured = captured
+        #: Where its captured tensors are among the op's operands (set by _operands).
+        self.captures: list[int] = []
+        self._estimate = sum(node_cost(node) for node in graph.nodes)
+        self._plan: Plan | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def plan(self) -> Plan:
+        plan = self._plan
+        if plan is None:
+            with self._lock:  # two first runs at once must not both rewrite the graph
+                if self._plan is None:
+                    optimize(self.graph)
+                    self._plan = lower(self.graph)
+                plan = self._plan
+        return plan
+
+    @property
+    def cost(self) -> float:
+        return self._plan.cost if self._plan is not None else self._estimate
 
     def describe(self) -> str:
         return _describe(self.tree, self.types)
@@ -200,9 +238,22 @@ def _trace(
     for leaf in out_leaves:
         graph.outputs.append(trace.operand(_as_tensor(leaf, f"{role}'s results", site)))
     types = [Value(v.shape, v.dtype, v.device) for v in graph.outputs]
+    _check_no_writes_out(trace, role, site)
     graph.note("trace", f"{len(graph.nodes)} ops traced")
-    optimize(graph)
-    return _Sub(name, graph, lower(graph), out_tree, types, trace.captured)
+    return _Sub(name, graph, out_tree, types, trace.captured)
+
+
+def _check_no_writes_out(trace: _SubTrace, role: str, site: SourceLine | None) -> None:
+    """A write in the function to a traced tensor from around it would make that
+    tensor stand for a value of the function's own graph: refuse it."""
+    for t, value in zip(trace.captured, trace.captured_values, strict=True):
+        if value is not None and t._value is not value:
+            t._value = value  # the enclosing trace's tensor stays what it was
+            raise TracingError(
+                f"{role} writes into {value.name} ({value.type_str()}), a tensor traced "
+                f"outside it: ert.cond's branches and ert.while_loop's functions can't "
+                f"change tensors around them\n  at {site}\nReturn the new value instead."
+            )
 
 
 def _operands(base: list[Tensor], *subs: _Sub) -> list[Tensor]:
@@ -320,7 +371,7 @@ def _cond_kernel(pred: Any, *arrays: Any, branches: _Branches) -> Any:
 
 
 def _cond_cost(shape: Any, dtype: Any, *args: Any, branches: _Branches) -> float:
-    return config.op_overhead_ns + max(branches.true.plan.cost, branches.false.plan.cost)
+    return config.op_overhead_ns + max(branches.true.cost, branches.false.cost)
 
 
 @dataclass(eq=False, repr=False)
@@ -345,7 +396,7 @@ def _while_kernel(*arrays: Any, loop: _Loop) -> Any:
 
 
 def _while_cost(shape: Any, dtype: Any, *args: Any, loop: _Loop) -> float:
-    trip = loop.cond.plan.cost + loop.body.plan.cost + config.op_overhead_ns
+    trip = loop.cond.cost + loop.body.cost + config.op_overhead_ns
     return config.op_overhead_ns + ASSUMED_TRIPS * trip
 
 
@@ -358,11 +409,11 @@ def _emit(
     args: list[Tensor],
     static: dict[str, Any],
     types: list[Value],
+    subs: tuple[_Sub, ...],
     site: SourceLine | None,
 ) -> list[Tensor]:
     """The op's result tensors: a node of the current trace if an operand is
-    traced, else a one-node plan run now (or when its operands are ready)."""
-    outs = [Value(t.shape, t.dtype, t.device, site=site) for t in types]
+    traced, else the op run now, or once its operands are ready."""
     if any(a._state == TRACED for a in args):
         trace = tracing._current.get()
         if trace is None:
@@ -370,13 +421,94 @@ def _emit(
                 f"{op.name}: a traced tensor was used after its trace ended (it was "
                 f"stored outside the compiled function)\n  at {site}"
             )
+        outs = [Value(t.shape, t.dtype, t.device, site=site) for t in types]
         trace.add(op, tuple(args), static, outs)
+        for sub in subs:
+            sub.plan  # noqa: B018 - compile with the enclosing function, not at its first run
         return [traced_tensor(v) for v in outs]
-    inputs = [Value(a.shape, a.dtype, a.device, name=f"%in{i}") for i, a in enumerate(args)]
-    graph = Graph(op.name, inputs)
-    graph.nodes.append(Node(op, inputs, static, outs, site=site))
-    graph.outputs = list(outs)
-    return run_plan(lower(graph), args)
+    return _run_eagerly(op, args, static, types, site)
+
+
+def _call(op: ControlFlowOp, args: list[Tensor], static: dict[str, Any], n: int) -> list[Any]:
+    out = op.kernel(*[a._value for a in args], **static)
+    return [out] if n == 1 else list(out)
+
+
+def _run_eagerly(
+    op: ControlFlowOp,
+    args: list[Tensor],
+    static: dict[str, Any],
+    types: list[Value],
+    site: SourceLine | None,
+) -> list[Tensor]:
+    """Like an eager op with several results: inline when the operands are
+    ready and it is cheap, else a task parked on them (on the workers if costly)."""
+    name = op.name
+    failed = next((a for a in args if a._state == ERROR), None)
+    if failed is not None:  # an operand's failure is every result's
+        return [Tensor._failed(failed._value, t.shape, t.dtype, t.device, name) for t in types]
+    pending = [a for a in args if a._state == PENDING]
+    if pending and config.sync_active:
+        for a in pending:
+            a.wait()
+        return _run_eagerly(op, args, static, types, site)
+    cost = op.cost((), None, *args, **static)
+    if not pending and cost <= config.inline_limit_ns:
+        count_inline()
+        try:
+            values = _call(op, args, static, len(types))
+        except Exception as exc:  # the failure belongs to the results, not the call
+            failure = Failure(name, site, exc)
+            return [Tensor._failed(failure, t.shape, t.dtype, t.device, name) for t in types]
+        return [
+            Tensor._ready(v, t.shape, t.dtype, t.device, name)
+            for v, t in zip(values, types, strict=True)
+        ]
+    results = [Tensor._pending(t.shape, t.dtype, t.device, name) for t in types]
+    task = _ControlTask(results[0], cost, types[0].device.executor)
+    task.op, task.args, task.static, task.results, task.site = op, args, static, results, site
+    for a in args:  # a later write to an operand must wait for this read
+        a._track_reader(task)
+    schedule(task, pending)
+    return results
+
+
+class _ControlTask(Task):
+    """The op's run once its operands are ready: completes every result."""
+
+    __slots__ = ("args", "op", "results", "site", "static")
+
+    op: ControlFlowOp
+    args: list[Tensor]
+    static: dict[str, Any]
+    results: list[Tensor]
+    site: SourceLine | None
+
+    def run(self) -> None:
+        failed = next((a for a in self.args if a._state == ERROR), None)
+        if failed is not None:
+            self._complete_all(ERROR, failed._value)
+            return
+        try:
+            values = _call(self.op, self.args, self.static, len(self.results))
+        except BaseException as exc:
+            # Even Ctrl-C or SystemExit must not leave the results pending forever.
+            self._complete_all(ERROR, Failure(self.op.name, self.site, exc))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._done_reading()
+        for r, v in zip(self.results, values, strict=True):
+            r._complete(READY, v)
+
+    def _complete_all(self, state: int, value: Any) -> None:
+        self._done_reading()
+        for r in self.results:
+            r._complete(state, value)
+
+    def _done_reading(self) -> None:
+        for a in self.args:
+            a._untrack_reader(self)
 
 
 def _split(operands: Any, site: SourceLine | None) -> tuple[Any, list[Any], list[Tensor]]:
@@ -442,7 +574,7 @@ def cond(
         return pytree.unflatten(true.tree, [])
     args = _operands(tensors, true, false)
     branches = _Branches(true, false, len(tensors))
-    results = _emit(COND, [p, *args], {"branches": branches}, true.types, site)
+    results = _emit(COND, [p, *args], {"branches": branches}, true.types, (true, false), site)
     return pytree.unflatten(true.tree, results)
 
 
@@ -487,5 +619,6 @@ def while_loop(
     body = _trace(body_fn, "body_fn", arg_tree, list(carry), site)
     _check_same("ert.while_loop", "init_val", "is", (tree, carry), "body_fn", body, site)
     args = _operands(carry, test, body)
-    results = _emit(WHILE_LOOP, args, {"loop": _Loop(test, body, len(carry))}, body.types, site)
+    loop = _Loop(test, body, len(carry))
+    results = _emit(WHILE_LOOP, args, {"loop": loop}, body.types, (test, body), site)
     return pytree.unflatten(tree, results)
