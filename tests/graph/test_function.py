@@ -301,7 +301,8 @@ async def test_compiled_functions_compose_with_eager_code_and_each_other() -> No
     eager_then_compiled = await outer(x - 1)
     expected = (np.exp(x.numpy() - 1) + 1) * 2
     np.testing.assert_allclose(await eager_then_compiled, expected, rtol=1e-6)
-    assert [n.name for n in outer.compiled_for(x).graph.nodes] == ["exp", "add", "multiply"]
+    # inner was traced through: its ops are in outer's one graph.
+    assert ("trace", "3 ops traced") in outer.compiled_for(x).graph.log
     np.testing.assert_allclose(await ((await outer(x)) + 1), np.exp(x.numpy()) * 2 + 3, rtol=1e-6)
 
 
@@ -326,7 +327,7 @@ async def test_concurrent_calls_get_their_own_buffers() -> None:
     xs = [ert.asarray(data(64, 6)) for _ in range(16)]
     results = [await f(x) for x in xs]
     for x, y in zip(xs, results, strict=True):
-        np.testing.assert_allclose(await y, await f.eager(x), rtol=1e-5)
+        np.testing.assert_allclose(await y, await f.eager(x), rtol=1e-4, atol=1e-6)
 
 
 def test_methods_compile_per_instance() -> None:
@@ -436,3 +437,21 @@ def test_views_of_intermediates_are_not_overwritten() -> None:
     t2, _ = f(data(3, 6))
     np.testing.assert_allclose(t.numpy(), (x @ W1.numpy()).T, rtol=1e-6)
     assert t2.shape == (5, 3)
+
+
+def test_random_sampling_inside_a_compiled_function_draws_anew_each_call() -> None:
+    @ert.function
+    def noisy(x: Any) -> Any:
+        return x + ert.random.normal(x.shape, dtype=x.dtype) + ert.random.normal(x.shape)
+
+    x = ert.zeros(4)
+    a, b = noisy(x).numpy(), noisy(x).numpy()
+    assert not np.array_equal(a, b)
+    assert [n.name for n in noisy.compiled_for(x).graph.nodes].count("random") == 2
+
+    @ert.function
+    def seeded(x: Any) -> Any:
+        return x + ert.random.uniform(x.shape, seed=5)
+
+    assert np.array_equal(seeded(x).numpy(), seeded(x).numpy())
+    assert np.array_equal(seeded(x).numpy(), ert.random.uniform(4, seed=5).numpy())

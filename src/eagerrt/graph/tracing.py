@@ -112,7 +112,7 @@ def _record(
     return traced_tensor(out)
 
 
-registry.set_trace_recorder(_record)
+registry.set_trace_recorder(_record, is_tracing)
 
 
 def _start(

@@ -26,6 +26,7 @@ from .._core.errors import ArgumentError, DTypeError
 from .._core.forking import renew_after_fork
 from ..devices.base import Device
 from ..tensor import Tensor
+from . import registry
 from ._rules import shape_tuple, to_dtype
 from .registry import GENERIC, define_op
 
@@ -72,13 +73,23 @@ def _random_cost(out_shape: tuple[int, ...], out_dtype: Any, /, **_: Any) -> flo
 
 
 _random = define_op("random", _random_rule, cost=_random_cost, doc="Seeded random samples.")
+_random.stateful = True
+
+
+def _seed_for_call(explicit: int | None) -> int | None:
+    """The seed: the caller's, else drawn now; inside ``ert.function`` without
+    one, None: drawn each time the compiled function runs, so every call
+    samples anew, as eager calls do."""
+    if explicit is None and registry.tracing():
+        return None
+    return _next_seed(explicit)
 
 
 @_random.kernel(GENERIC)
 def _random_kernel(
-    *, shape: Any, dtype: Any, seed: int, a: float, b: float, dist: str
+    *, shape: Any, dtype: Any, seed: int | None, a: float, b: float, dist: str
 ) -> np.ndarray:
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(_next_seed(None) if seed is None else seed)
     dt = np.dtype(dtype)
     if dist == "uniform":
         out = rng.random(shape, dtype=dt)
@@ -104,7 +115,7 @@ def uniform(
     return _random(
         shape=shape,
         dtype=dtype,
-        seed=_next_seed(seed),
+        seed=_seed_for_call(seed),
         a=low,
         b=high,
         dist="uniform",
@@ -123,5 +134,11 @@ def normal(
 ) -> Tensor:
     """Samples from a normal distribution, reproducible for a given ``seed``."""
     return _random(
-        shape=shape, dtype=dtype, seed=_next_seed(seed), a=mean, b=std, dist="normal", device=device
+        shape=shape,
+        dtype=dtype,
+        seed=_seed_for_call(seed),
+        a=mean,
+        b=std,
+        dist="normal",
+        device=device,
     )

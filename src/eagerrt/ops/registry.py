@@ -76,9 +76,18 @@ _SCALAR_TYPES = (bool, int, float, complex)
 _trace_recorder: Callable[..., Tensor] | None = None
 
 
-def set_trace_recorder(recorder: Callable[..., Tensor]) -> None:
-    global _trace_recorder
+def _never() -> bool:
+    return False
+
+
+#: Whether the calling task is inside a trace (for ops with no tensor operand).
+tracing: Callable[[], bool] = _never
+
+
+def set_trace_recorder(recorder: Callable[..., Tensor], is_tracing: Callable[[], bool]) -> None:
+    global _trace_recorder, tracing
     _trace_recorder = recorder
+    tracing = is_tracing
 
 
 def _untraceable(name: str) -> Exception:
@@ -90,6 +99,8 @@ def _untraceable(name: str) -> Exception:
         f"call, which a traced tensor doesn't have\n  at {user_line()}\n"
         "Call it outside the compiled function, or run the function eagerly."
     )
+
+
 _registry: dict[str, Op] = {}
 _all_ops: list[Op] = []  # including unregistered ones, for forget_all_calls
 _new = object.__new__
@@ -233,6 +244,11 @@ class Op:
                 f"(it has: {sorted(self.kernels) or 'none'})"
             )
         return kernel
+
+    #: A stateful op gives new results on each call with the same arguments
+    #: (random sampling): graph mode records it even without tensor operands,
+    #: and never folds or merges it.
+    stateful = False
 
     def __repr__(self) -> str:
         return f"<eagerrt op {self.name!r}>"
@@ -427,6 +443,8 @@ class Op:
             if specializer is not None:
                 kernel = specializer(*args, **static) or kernel
 
+        if self.stateful and tracing() and _trace_recorder is not None:
+            return _trace_recorder(self, args, static, shape, dtype, dev)
         ready = True
         for a in args:
             if type(a) is Tensor and a._state != READY:

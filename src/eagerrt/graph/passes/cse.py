@@ -35,7 +35,7 @@ def run(graph: Graph) -> int:
     kept = []
     for node in graph.nodes:
         node.inputs = [alias.get(a.id, a) if type(a) is Value else a for a in node.inputs]
-        key = _key(node, alias)
+        key = None if getattr(node.op, "stateful", False) else _key(node, alias)
         first = seen.get(key) if key is not None else None
         if first is None:
             if key is not None:
