@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ir import Graph
-from . import constant_folding, cse, dce
+from . import algebraic, constant_folding, cse, dce, fold_batch_norm, hoist_concat
 
 __all__ = ["PIPELINE", "optimize"]
 
@@ -20,7 +20,14 @@ __all__ = ["PIPELINE", "optimize"]
 PIPELINE: list[tuple[str, Callable[[Graph], int]]] = [
     ("dead code elimination", dce.run),
     ("common subexpressions", cse.run),
+    ("algebraic simplification", algebraic.run),
     ("constant folding", constant_folding.run),
+    ("batch norm folding", fold_batch_norm.run),
+    ("constant folding", constant_folding.run),
+    ("hoisting through concat", hoist_concat.run),
+    ("algebraic simplification", algebraic.run),  # the joined slices hoisting leaves
+    ("constant folding", constant_folding.run),
+    ("common subexpressions", cse.run),
     ("dead code elimination", dce.run),
 ]
 
