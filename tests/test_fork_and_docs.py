@@ -77,3 +77,19 @@ def test_array_api_example_matches_numpy() -> None:
     assert done.returncode == 0, done.stderr
     assert "namespace=eagerrt" in done.stdout
     assert "matches numpy: True" in done.stdout and "NaNs left: 0" in done.stdout
+
+
+def test_graph_mode_example_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "graph_mode.py")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "compiled == eager: True" in out
+    assert "optimized graph:" in out and "memory plan:" in out
+    assert "TracingError:" in out and "ert.cond" in out
+    assert "cond: [" in out

@@ -267,7 +267,7 @@ def test_expensive_plans_run_on_workers_cheap_ones_inline() -> None:
     f(np.ones(4)).numpy()
     middle = ert.stats()
     assert middle.ops_inline > before.ops_inline
-    ert.config.inline_threshold_ns = 0.0
+    ert.config.graph_inline_threshold_ns = 0.0
     f(np.ones(4)).numpy()
     assert ert.stats().ops_offloaded > middle.ops_offloaded
 
@@ -323,7 +323,7 @@ async def test_concurrent_calls_get_their_own_buffers() -> None:
         h = ert.relu(x @ W1 + B1)
         return h @ W2
 
-    ert.config.inline_threshold_ns = 0.0  # every call is a task on a worker
+    ert.config.graph_inline_threshold_ns = 0.0  # every call is a task on a worker
     xs = [ert.asarray(data(64, 6)) for _ in range(16)]
     results = [await f(x) for x in xs]
     for x, y in zip(xs, results, strict=True):

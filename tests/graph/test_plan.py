@@ -75,7 +75,9 @@ def branches(x: Any) -> Any:
 def test_parallel_branches_run_as_segments_on_several_workers() -> None:
     compiled = ert.function(branches)
     x = ert.asarray(rng.standard_normal((64, 96)).astype("float32"))
-    with ert.config.override(inline_threshold_ns=0.0):  # every branch is "heavy"
+    with ert.config.override(
+        inline_threshold_ns=0.0, graph_inline_threshold_ns=0.0
+    ):  # every branch is "heavy"
         plan = compiled.compiled_for(x).plan
         assert len({seg.stream for seg in plan.segments}) == 3
         assert "segments over 3 streams" in compiled.explain(x)
@@ -95,7 +97,7 @@ def test_segments_wait_for_pending_inputs_and_fail_together(gate: Any) -> None:
     compiled = ert.function(f)
     g = gate()
     x = g(rng.standard_normal((64, 96)).astype("float32"))
-    with ert.config.override(inline_threshold_ns=0.0):
+    with ert.config.override(inline_threshold_ns=0.0, graph_inline_threshold_ns=0.0):
         good, bad = compiled(x)
         assert good.state == "pending"
         g.open()
@@ -111,7 +113,7 @@ def test_concurrent_multi_segment_calls_from_threads() -> None:
     compiled = ert.function(branches)
     xs = [ert.asarray(rng.standard_normal((64, 96)).astype("float32")) for _ in range(6)]
     results: list[Any] = [None] * len(xs)
-    with ert.config.override(inline_threshold_ns=0.0):
+    with ert.config.override(inline_threshold_ns=0.0, graph_inline_threshold_ns=0.0):
 
         def work(i: int) -> None:
             results[i] = compiled(xs[i]).numpy()

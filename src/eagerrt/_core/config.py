@@ -56,6 +56,12 @@ class Config:
     #: Four worker round trips (measured 7-13 us here), so a hop adds at most a
     #: quarter to an offloaded op's latency.
     inline_threshold_ns: float = 50_000.0
+    #: A compiled function's plan (``ert.function``) of at most this estimated
+    #: cost runs on the calling thread, like TFRT's synchronous interpreter: one
+    #: hop for a whole plan is worth it only for plans of a few milliseconds
+    #: (a worker round trip measured 20-100+ us on these VMs), and the caller's
+    #: event loop is held at most this long.
+    graph_inline_threshold_ns: float = 1_000_000.0
     #: Cost-model constants, in nanoseconds (see ``eagerrt.calibrate``): a tiny
     #: numpy call, a float32 add per element on 4 MB arrays, and a float32
     #: 256x256 matmul per flop, as measured on the reference machine.

@@ -12,6 +12,7 @@ tensors until then, with their shapes and dtypes known at once.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._core.async_value import ERROR, PENDING, READY, AsyncValue
@@ -26,7 +27,7 @@ __all__ = ["run_plan"]
 
 def run_plan(plan: Plan, inputs: list[Tensor]) -> list[Tensor]:
     """The plan's output tensors for these input tensors."""
-    if plan.cost <= config.inline_limit_ns:
+    if plan.cost <= config.graph_inline_threshold_ns or config.sync_active:
         for t in inputs:
             if t._state != READY:
                 break
@@ -46,7 +47,7 @@ def run_plan(plan: Plan, inputs: list[Tensor]) -> list[Tensor]:
         for t in pending:
             t.wait()
         return run_plan(plan, inputs)
-    if not pending and plan.cost <= config.inline_limit_ns:
+    if not pending and (plan.cost <= config.graph_inline_threshold_ns or config.sync_active):
         count_inline()
         return _run_now(plan, [t._value for t in inputs])
     results = [Tensor._pending(v.shape, v.dtype, v.device, name) for v in outs]
@@ -57,7 +58,9 @@ def run_plan(plan: Plan, inputs: list[Tensor]) -> list[Tensor]:
     if len(plan.segments) > 1:
         _start_segments(plan, inputs, results, pending, device.executor, site)
         return results
-    task = _PlanTask(results[0], plan.cost, device.executor)
+    # Parked: the thread completing the last input may run a cheap plan. Not
+    # parked: over the graph threshold (tested above), so it goes to a worker.
+    task = _PlanTask(results[0], plan.cost if pending else math.inf, device.executor)
     task.plan = plan
     task.inputs = inputs
     task.results = results

@@ -21,7 +21,7 @@ def explain(name: str, compiled: Any) -> str:
     lines += [f"  {pass_name}: {summary}" for pass_name, summary in graph.log]
     lines.append("optimized graph:")
     lines += ["  " + line for line in str(graph).splitlines()]
-    if plan.cost <= config.inline_limit_ns:
+    if plan.cost <= config.graph_inline_threshold_ns:
         where = "inline, on the caller's thread (synchronous interpreter)"
     elif len(plan.segments) == 1:
         where = "as one task on the device's workers"

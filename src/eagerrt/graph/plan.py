@@ -164,7 +164,7 @@ def lower(graph: Graph) -> Plan:
         out_form = out_kernel_for(node, kernel)
         steps.append(Step(node, kernel, out_form, node_cost(node)))
     costs = [s.cost for s in steps]
-    if sum(costs) > config.inline_threshold_ns:  # worth spreading over threads
+    if sum(costs) > config.graph_inline_threshold_ns:  # not run inline: worth spreading
         for step, stream in zip(
             steps,
             assign_streams([s.node for s in steps], costs, config.inline_threshold_ns),
@@ -386,8 +386,3 @@ def _collect_lines(graph: Graph, memory: MemoryPlan, read: Callable[[Any], str])
 def _copied(graph: Graph, memory: MemoryPlan) -> list[tuple[Value, int]]:
     by_id = {v.id: v for v in graph.outputs}
     return [(by_id[vid], slot) for vid, slot in memory.copied_outputs]
-
-
-def inline_ok(plan: Plan) -> bool:
-    """Small plans run at the call, on the caller's thread."""
-    return plan.cost <= config.inline_limit_ns
