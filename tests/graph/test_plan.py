@@ -189,3 +189,19 @@ def test_values_read_on_another_stream_keep_their_buffers(reader_stream: int) ->
         assert plan.scratch[c.id] == plan.scratch[a.id]
     else:  # stream 1 may still be reading a while stream 0 writes c
         assert plan.scratch[c.id] != plan.scratch[a.id]
+
+
+def test_measure_costs_times_each_step_and_recompiles_with_them() -> None:
+    @ert.function
+    def f(x: Any) -> Any:
+        return (x @ x) @ x
+
+    x = ert.asarray(np.ones((64, 64)))
+    before = f.compiled_for(x).plan
+    measured = f.measure_costs(x)
+    assert len(measured) == len(before.steps) and all(ns > 0 for ns in measured.values())
+    after = f.compiled_for(x).plan
+    assert after is not before
+    # Both products have one signature: the model keeps their average.
+    assert [s.cost for s in after.steps] == [sum(measured.values()) / 2] * 2
+    np.testing.assert_allclose(f(x).numpy(), (x.numpy() @ x.numpy()) @ x.numpy())
