@@ -9,11 +9,21 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
-from eagerrt.graph.cost_model import assign_streams, record_cost
+from eagerrt.graph.cost_model import assign_streams, measured_costs, record_cost
 from eagerrt.graph.ir import Node, Value
 from eagerrt.graph.memory_plan import PlannedStep, plan_memory
 
 F32 = np.dtype("float32")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cost_model() -> Any:
+    """Measured costs are process-wide: each test starts and ends without any."""
+    measured_costs.clear()
+    yield
+    measured_costs.clear()
+
+
 CPU = ert.get_device("cpu")
 
 
@@ -204,4 +214,5 @@ def test_measure_costs_times_each_step_and_recompiles_with_them() -> None:
     assert after is not before
     # Both products have one signature: the model keeps their average.
     assert [s.cost for s in after.steps] == [sum(measured.values()) / 2] * 2
+    assert [s.cost for s in before.steps] != [s.cost for s in after.steps]
     np.testing.assert_allclose(f(x).numpy(), (x.numpy() @ x.numpy()) @ x.numpy())
