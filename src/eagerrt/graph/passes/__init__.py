@@ -11,6 +11,9 @@ from collections.abc import Callable
 
 from ..ir import Graph
 from . import algebraic, constant_folding, cse, dce, fold_batch_norm, hoist_concat
+from .epilogue import run as fuse_epilogues
+from .fusion import run as fuse_elementwise
+from .regions import run as fuse_small_regions
 
 __all__ = ["PIPELINE", "optimize"]
 
@@ -28,6 +31,9 @@ PIPELINE: list[tuple[str, Callable[[Graph], int]]] = [
     ("algebraic simplification", algebraic.run),  # the joined slices hoisting leaves
     ("constant folding", constant_folding.run),
     ("common subexpressions", cse.run),
+    ("small-op regions", fuse_small_regions),
+    ("epilogue fusion", fuse_epilogues),
+    ("elementwise fusion", fuse_elementwise),
     ("dead code elimination", dce.run),
 ]
 

@@ -1,0 +1,143 @@
+"""Epilogue fusion: a matmul (or linear, conv2d) and the elementwise work on
+its result become one node.
+
+``relu(x @ W + b)`` is a product and then an elementwise group (see
+:mod:`.fusion`) reading it. When the product's result is read only by that
+group and has the group's shape and dtype, one node does both: the product is
+written into the output buffer (BLAS through the op's out form), then the
+fused loop runs over that buffer in place: one pass over the result, no
+temporaries::
+
+    %1 = matmul(%in0, %c2) : float32[32, 512]
+    %5 = fused[add,relu](%1, %c4)              ->  %5 = fused[matmul,add,relu](%in0, %c2, %c4)
+
+A product without an out form (conv2d, linear) allocates its result as it
+would eagerly; the fused loop then reads it and writes the planned buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._core.config import config
+from ..cost_model import node_cost
+from ..ir import Graph, Node, Value
+from ..kernels import kernel_for, out_kernel_for
+from .fusion import (
+    build_program,
+    compile_kernel,
+    display_name,
+    elementwise_ok,
+    find_groups,
+    fused_cost,
+    group_inputs,
+    make_op,
+    replace_group,
+    same_size,
+)
+
+__all__ = ["run"]
+
+_producers: dict[int, str] | None = None
+
+
+def _producer_ops() -> dict[int, str]:
+    global _producers
+    if _producers is None:
+        from ...ops import linalg, nn
+
+        _producers = {
+            id(linalg.matmul): "matmul",
+            id(nn.linear): "linear",
+            id(nn._conv2d): "conv2d",
+        }
+    return _producers
+
+
+def _product(v: Any, group: list[Node], users: dict[int, list[Node]], outputs: set[int]) -> bool:
+    """Whether ``v`` is a product the group can take over: made by a product
+    op on the CPU, read only by the group, of the group's shape and dtype."""
+    if type(v) is not Value or v.node is None or v.id in outputs:
+        return False
+    node = v.node
+    if id(node.op) not in _producer_ops() or len(node.outputs) != 1:
+        return False
+    root = group[-1].out
+    if v.shape != root.shape or v.dtype != root.dtype or v.dtype.kind != "f":
+        return False
+    if getattr(v.device, "name", None) != "cpu" or "cpu" in node.op.kernels:
+        return False
+    members = {id(n) for n in group}
+    return all(id(u) in members for u in users.get(v.id, ()))
+
+
+def _wrapper(product: Node, n_product: int, slot: int, n_rest: int, ew: Any) -> Any:
+    """``out_kernel(*product_args, *rest, out)``: the product, then ``ew`` over it."""
+    kernel = kernel_for(product)
+    out_form = out_kernel_for(product, kernel)
+    params = [f"p{i}" for i in range(n_product)] + [f"e{i}" for i in range(n_rest)]
+    rest = [f"e{i}" for i in range(n_rest)]
+    if out_form is not None:
+        first = f"    product({', '.join(params[:n_product])}, out)"
+        ew_args = [*rest[:slot], "out", *rest[slot:]]  # in place over the product
+    else:
+        static = "".join(f", {k}=static[{k!r}]" for k in product.static)
+        first = f"    r = product({', '.join(params[:n_product])}{static})"
+        ew_args = [*rest[:slot], "r", *rest[slot:]]
+    source = (
+        f"def out_kernel({', '.join([*params, 'out'])}):\n"
+        f"{first}\n    ew({', '.join([*ew_args, 'out'])})\n"
+    )
+    namespace: dict[str, Any] = {
+        "product": out_form if out_form is not None else kernel,
+        "ew": ew,
+        "static": dict(product.static),
+    }
+    exec(compile(source, f"<eagerrt epilogue {product.name}>", "exec"), namespace)
+    return namespace["out_kernel"]
+
+
+def _fuse(group: list[Node], value: Value) -> Node | None:
+    product = value.node
+    assert product is not None
+    inputs = group_inputs(group)
+    slot = inputs.index(value)
+    program = build_program(group, inputs)
+    if program is None:
+        return None
+    ew = compile_kernel(program.kernel_source(), inputs, group[-1].out)
+    if ew is None:
+        return None
+    rest = inputs[:slot] + inputs[slot + 1 :]
+    out_kernel = _wrapper(product, len(product.inputs), slot, len(rest), ew)
+    root = group[-1].out
+    cost = node_cost(product) + fused_cost(group) - config.op_overhead_ns
+    op = make_op(
+        display_name("fused", [product.name, *program.names]),
+        out_kernel,
+        root.shape,
+        root.dtype,
+        max(cost, config.op_overhead_ns),
+        len(product.inputs) + len(rest),
+        elementwise=False,  # the product reads whole rows: never in place over its operands
+        source=program.kernel_source(),
+    )
+    return Node(op, [*product.inputs, *rest], {}, [root], site=group[-1].site)
+
+
+def run(graph: Graph) -> int:
+    """Fuse products with their elementwise epilogues in place; returns how many."""
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    count = 0
+    for group in find_groups(graph, elementwise_ok, same_size):
+        value = next((v for v in group_inputs(group) if _product(v, group, users, outputs)), None)
+        if value is None:
+            continue
+        node = _fuse(group, value)
+        if node is None:
+            continue
+        assert value.node is not None
+        replace_group(graph, [value.node, *group], node)
+        count += 1
+    return count

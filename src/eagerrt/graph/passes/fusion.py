@@ -1,0 +1,441 @@
+"""Elementwise fusion: each maximal group of elementwise nodes becomes one node
+running one generated numba loop.
+
+A group is grown backwards from a root (a node whose result leaves the group):
+a producer joins when it is elementwise, all its readers are in the group, its
+result is not a graph output, and it has as many elements as the root (so
+nothing is computed twice for a broadcast). The fused node reads the group's
+outside operands (values, broadcast as they were, and weak Python scalars) and
+writes the root's value; intermediates live in registers, never in memory::
+
+    %3 = add(%1, %c4) : float32[32, 512]           %5 = fused[add,relu](%1, %c4)
+    %5 = relu(%3) : float32[32, 512]        ->
+
+Its op carries the kernel's out form (``out_kernel(*arrays, out)``, planned
+buffers, in place over a dying operand: ``elementwise = True``) and an
+allocating kernel for eager calls. Each op's scalar code is exact numpy
+(:mod:`eagerrt.graph.codegen`), so results equal eager ones.
+
+Transcendental functions are the exception to "fusing is always faster":
+numba calls libm one element at a time where numpy's loops are SIMD (tanh is
+~40x slower per element), so such an op is fused only while the array is small
+enough that the call it saves outweighs its slower loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..._core.config import config
+from ...ops.registry import GENERIC, Op
+from ..codegen import (
+    HEADER,
+    NJIT,
+    Operand,
+    ScalarEmitter,
+    index_expr,
+    load_source,
+    loop_nest,
+    numba_dtype_ok,
+)
+from ..cost_model import node_cost
+from ..ir import Graph, Node, Value
+from ..kernels import kernel_for, out_kernel_for
+
+__all__ = [
+    "ElementwiseProgram",
+    "build_program",
+    "find_groups",
+    "fusible",
+    "make_op",
+    "numba_signature",
+    "replace_group",
+    "run",
+]
+
+# Extra nanoseconds per element of numba's scalar libm call over numpy's SIMD
+# loop (measured, float32 and float64 alike within a factor of two).
+_LIBM_EXTRA_NS: dict[str, float] = {
+    "exp": 3,
+    "log": 3,
+    "log2": 3,
+    "log10": 3,
+    "expm1": 7,
+    "log1p": 8,
+    "tanh": 12,
+    "sinh": 11,
+    "cosh": 11,
+    "sin": 5,
+    "cos": 5,
+    "tan": 8,
+    "asin": 8,
+    "acos": 8,
+    "atan": 8,
+    "asinh": 8,
+    "acosh": 8,
+    "atanh": 8,
+    "atan2": 8,
+    "hypot": 2,
+    "logaddexp": 10,
+    "power": 8,
+    "sigmoid": 12,
+    "silu": 12,
+    "softplus": 10,
+}
+
+_builtin: dict[int, tuple[str, Any]] | None = None
+
+
+def _builtin_ops() -> dict[int, tuple[str, Any]]:
+    """id(op) -> (name, its kernel as shipped), for the ops with scalar forms."""
+    global _builtin
+    if _builtin is None:
+        from ...ops import elementwise, manipulation, nn
+
+        ops: dict[str, Op] = dict(elementwise.UFUNC_OPS)
+        ops.update(
+            relu=elementwise.relu,
+            sigmoid=elementwise.sigmoid,
+            gelu=elementwise.gelu,
+            where=elementwise.where,
+            clip=elementwise._clip_op,
+            reciprocal=elementwise.reciprocal,
+            silu=nn.silu,
+            softplus=nn.softplus,
+            astype=manipulation._astype,
+        )
+        _builtin = {id(op): (name, op.kernels.get(GENERIC)) for name, op in ops.items()}
+    return _builtin
+
+
+def _operand(a: Any, var: str) -> Operand:
+    if type(a) is Value:
+        return Operand(var, a.dtype)
+    return Operand(var, type(a), a)
+
+
+def fusible(node: Node) -> bool:
+    """Whether ``node`` is an elementwise op with an exact scalar form here: a
+    built-in op with its shipped kernel, on the CPU, on numba-typed data."""
+    known = _builtin_ops().get(id(node.op))
+    if known is None or len(node.outputs) != 1:
+        return False
+    out = node.out
+    if getattr(out.device, "name", None) != "cpu" or not numba_dtype_ok(out.dtype):
+        return False
+    op = node.op
+    if "cpu" in op.kernels or op._specializers.get("cpu") or kernel_for(node) is not known[1]:
+        return False  # a kernel someone registered: its semantics are its own
+    for a in node.inputs:
+        if type(a) is Value and (a.device is not out.device or not numba_dtype_ok(a.dtype)):
+            return False
+    operands = [_operand(a, f"x{i}") for i, a in enumerate(node.inputs)]
+    return ScalarEmitter().node(known[0], operands, node.static, out.dtype) is not None
+
+
+def _libm_cost_ok(node: Node) -> bool:
+    name = node.name
+    extra = _LIBM_EXTRA_NS.get(name, 0.0)
+    if name == "gelu" and node.static.get("approximate", "none") == "tanh":
+        extra = _LIBM_EXTRA_NS["tanh"]
+    if name == "power" and node.out.dtype.kind != "f":
+        extra = 0.0  # integer power is a scalar loop in numpy too
+    return extra * node.out.size <= config.op_overhead_ns
+
+
+def elementwise_ok(node: Node) -> bool:
+    """Fusible, and worth fusing at this size."""
+    return fusible(node) and _libm_cost_ok(node)
+
+
+def same_size(group: list[Node], producer: Node) -> bool:
+    """A producer joins only if it is computed once per output element."""
+    return producer.out.size == group[0].out.size
+
+
+# -- grouping ----------------------------------------------------------------------------
+def find_groups(
+    graph: Graph,
+    eligible: Callable[[Node], bool],
+    absorb: Callable[[list[Node], Node], bool],
+) -> list[list[Node]]:
+    """Maximal groups, each in execution order with its root last.
+
+    Roots are taken from the end; a root pulls in eligible producers (latest
+    first, so every reader of a producer has been decided when it is) whose
+    results are read only inside the group and are not graph outputs. Every
+    value leaving a group is then its root's, so a group can become one node at
+    the root's place.
+    """
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    assigned: set[int] = set()
+    groups: list[list[Node]] = []
+    for root in reversed(graph.nodes):
+        if id(root) in assigned or not eligible(root):
+            continue
+        group = [root]
+        members = {id(root)}
+        seen: set[int] = set()
+        heap: list[tuple[int, int, Node]] = []
+        _push_producers(root, heap, seen, position)
+        while heap:
+            _, _, p = heapq.heappop(heap)
+            if id(p) in assigned or len(p.outputs) != 1 or p.out.id in outputs:
+                continue
+            if not all(id(u) in members for u in users.get(p.out.id, ())):
+                continue
+            if not eligible(p) or not absorb(group, p):
+                continue
+            group.append(p)
+            members.add(id(p))
+            _push_producers(p, heap, seen, position)
+        assigned |= members
+        groups.append(sorted(group, key=lambda n: position[id(n)]))
+    groups.reverse()
+    return groups
+
+
+def _push_producers(
+    node: Node, heap: list[tuple[int, int, Node]], seen: set[int], position: dict[int, int]
+) -> None:
+    """Queue the nodes computing ``node``'s operands, latest first."""
+    for v in node.value_inputs():
+        p = v.node
+        if p is not None and id(p) not in seen and id(p) in position:
+            seen.add(id(p))
+            heapq.heappush(heap, (-position[id(p)], id(p), p))
+
+
+def group_inputs(group: Iterable[Node]) -> list[Any]:
+    """The operands a group reads from outside: values (once each) and weak
+    scalars (once per distinct type and value), in first-use order."""
+    made = {v.id for n in group for v in n.outputs}
+    seen: set[Any] = set()
+    inputs: list[Any] = []
+    for node in group:
+        for a in node.inputs:
+            key = ("v", a.id) if type(a) is Value else ("s", type(a), repr(a))
+            if (type(a) is Value and a.id in made) or key in seen:
+                continue
+            seen.add(key)
+            inputs.append(a)
+    return inputs
+
+
+def replace_group(graph: Graph, group: list[Node], node: Node) -> None:
+    """Put ``node`` (computing the root's outputs) where the group's root was."""
+    gone = {id(n) for n in group}
+    root = group[-1]
+    kept: list[Node] = []
+    for n in graph.nodes:
+        if n is root:
+            kept.append(node)
+        elif id(n) not in gone:
+            kept.append(n)
+    graph.nodes = kept
+
+
+# -- code --------------------------------------------------------------------------------
+@dataclass
+class ElementwiseProgram:
+    """A group's scalar code: element ``x<j>`` of input ``j`` in, ``result`` out."""
+
+    names: list[str]
+    inputs: list[Any]
+    lines: list[str]
+    result: str
+    helpers: str
+    out_shape: tuple[int, ...]
+    out_dtype: np.dtype[Any]
+
+    def element_reads(self, loop_vars: list[str], arrays: list[str] | None = None) -> list[str]:
+        """Statements reading each input's element at the loop indices."""
+        lines = []
+        for j, a in enumerate(self.inputs):
+            if type(a) is Value:
+                name = arrays[j] if arrays is not None else f"a{j}"
+                lines.append(f"x{j} = {name}{index_expr(a.shape, self.out_shape, loop_vars)}")
+        return lines
+
+    def kernel_source(self) -> str:
+        """A module defining ``kernel(*inputs, out)`` over any shape with this
+        structure (loop bounds come from ``out``)."""
+        ndim = len(self.out_shape)
+        params = ", ".join([*(f"a{j}" for j in range(len(self.inputs))), "out"])
+        lines = [NJIT, f"def kernel({params}):"]
+        lines += [f"    x{j} = a{j}" for j, a in enumerate(self.inputs) if type(a) is not Value]
+        bounds = [f"n{d}" for d in range(ndim)]
+        if ndim:
+            lines.append(f"    {', '.join(bounds)}{',' if ndim == 1 else ''} = out.shape")
+
+        def body(loop_vars: list[str], indent: str) -> list[str]:
+            inner = self.element_reads(loop_vars) + self.lines
+            store = f"out{index_expr(self.out_shape, self.out_shape, loop_vars)} = {self.result}"
+            return [indent + line for line in [*inner, store]]
+
+        lines += loop_nest(self.out_shape, body, bounds=bounds)
+        return HEADER + self.helpers + "\n\n" + "\n".join(lines) + "\n"
+
+
+def build_program(group: list[Node], inputs: list[Any] | None = None) -> ElementwiseProgram | None:
+    """The scalar code for ``group`` (None if some node has no exact form)."""
+    if inputs is None:
+        inputs = group_inputs(group)
+    emitter = ScalarEmitter()
+    known: dict[Any, Operand] = {}
+    for j, a in enumerate(inputs):
+        key = a.id if type(a) is Value else ("s", type(a), repr(a))
+        known[key] = _operand(a, f"x{j}")
+    names = []
+    builtin = _builtin_ops()
+    result: Operand | None = None
+    for node in group:
+        operands = [
+            known[a.id if type(a) is Value else ("s", type(a), repr(a))] for a in node.inputs
+        ]
+        name = builtin[id(node.op)][0]
+        result = emitter.node(name, operands, node.static, node.out.dtype)
+        if result is None:
+            return None
+        known[node.out.id] = result
+        names.append(node.name)
+    assert result is not None
+    root = group[-1].out
+    return ElementwiseProgram(
+        names, inputs, emitter.lines, result.var, emitter.helpers_source(), root.shape, root.dtype
+    )
+
+
+def numba_signature(inputs: list[Any], out: Value) -> tuple[Any, ...]:
+    """The argument types a plan will call the kernel with (constants as they
+    are, computed values in C-contiguous buffers, scalars as numba types them)."""
+    import numba
+
+    def typeof(a: Any) -> Any:
+        if type(a) is not Value:
+            return numba.typeof(a)
+        if a.is_const and isinstance(a.const, np.ndarray):
+            return numba.typeof(a.const)
+        return numba.types.Array(numba.from_dtype(a.dtype), a.ndim, "C")
+
+    return (*map(typeof, inputs), typeof(Value(out.shape, out.dtype, out.device)))
+
+
+def _allocating(out_kernel: Any, dtype: np.dtype[Any]) -> Callable[..., Any]:
+    def kernel(*arrays: Any) -> Any:
+        shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
+        out = np.empty(shape, dtype)
+        out_kernel(*arrays, out)
+        return out
+
+    return kernel
+
+
+_ops: dict[tuple[Any, ...], Op] = {}
+
+
+def make_op(
+    name: str,
+    out_kernel: Any,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    cost: float,
+    n_inputs: int,
+    *,
+    elementwise: bool,
+    kernel: Callable[..., Any] | None = None,
+    source: str = "",
+) -> Op:
+    """An op for a fused node: ``out_kernel(*arrays, out)``, an allocating
+    kernel for eager calls, a fixed cost (the graph's shapes are fixed)."""
+    key = (name, id(out_kernel), shape, dtype, round(cost, 3), n_inputs, elementwise)
+    op = _ops.get(key)
+    if op is not None:
+        return op
+
+    def rule(*args: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        return shape, dtype
+
+    op = Op(
+        name,
+        rule,
+        cost=lambda *args, **static: cost,
+        operands=n_inputs,
+        weak_scalars=True,
+        doc=f"Generated by graph fusion: {name}.",
+    )
+    op.register_kernel(GENERIC, kernel or _allocating(out_kernel, dtype))
+    op.out_kernel = out_kernel  # type: ignore[attr-defined]
+    op.elementwise = elementwise  # type: ignore[attr-defined]
+    op.source = source  # type: ignore[attr-defined]
+    _ops[key] = op
+    return op
+
+
+def compile_kernel(source: str, inputs: list[Any], out: Value, name: str = "kernel") -> Any:
+    """Load ``source``'s ``name`` and compile it now for the plan's argument
+    types (from numba's cache when it has them); None if numba refuses it."""
+    try:
+        fn = getattr(load_source(source), name)
+        fn.compile(numba_signature(inputs, out))
+    except Exception:  # never fail a compile over a fusion: the graph runs unfused
+        return None
+    return fn
+
+
+def fused_cost(group: list[Node]) -> float:
+    """The members' costs less the call overheads fusion saves."""
+    total = sum(node_cost(n) for n in group)
+    return max(total - (len(group) - 1) * config.op_overhead_ns, config.op_overhead_ns)
+
+
+def display_name(kind: str, names: list[str], limit: int = 8) -> str:
+    shown = names if len(names) <= limit else [*names[:limit], f"... +{len(names) - limit}"]
+    return f"{kind}[{','.join(shown)}]"
+
+
+def _has_out_form(node: Node) -> bool:
+    return out_kernel_for(node, kernel_for(node)) is not None
+
+
+def fuse_group(group: list[Node]) -> Node | None:
+    """The fused node replacing ``group`` (None if it can't be compiled)."""
+    program = build_program(group)
+    if program is None:
+        return None
+    root = group[-1]
+    source = program.kernel_source()
+    fn = compile_kernel(source, program.inputs, root.out)
+    if fn is None:
+        return None
+    op = make_op(
+        display_name("fused", program.names),
+        fn,
+        root.out.shape,
+        root.out.dtype,
+        fused_cost(group),
+        len(program.inputs),
+        elementwise=True,
+        source=source,
+    )
+    return Node(op, program.inputs, {}, [root.out], site=root.site)
+
+
+def run(graph: Graph) -> int:
+    """Fuse elementwise groups in place; returns how many fused nodes were made."""
+    count = 0
+    for group in find_groups(graph, elementwise_ok, same_size):
+        if len(group) == 1 and _has_out_form(group[0]):
+            continue  # a ufunc already writes into a planned buffer
+        node = fuse_group(group)
+        if node is not None:
+            replace_group(graph, group, node)
+            count += 1
+    return count
