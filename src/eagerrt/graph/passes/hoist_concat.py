@@ -22,8 +22,14 @@ same ufunc loop (the same dtypes after numpy's promotion, weak scalars
 included), the non-constant operands must have one dtype and already the
 branch's shape (not broadcast by the constant), and the hoisted node must have
 the join's dtype and shape; each ``c_i`` is cast to the loop's dtype, as the
-ufunc itself would. Branches another node also reads are left alone (hoisting
-would compute them twice).
+ufunc itself would. ``c * x`` joins ``x * c`` only for ops commutative bit for
+bit (add, multiply, comparisons, logical and bitwise ops; not maximum/minimum,
+whose answer for -0.0 vs 0.0 is the first operand). Constants holding nan are
+refused (nan op nan is one of the two nans, and which one depends on numpy's
+loop). Branches another node also reads are left alone (hoisting would compute
+them twice). Arithmetic then gives the eager bits exactly; functions that are
+not correctly rounded (exp, sin, ...) may differ in the last ulp where numpy
+picks another kernel for another memory layout, as with any vectorization.
 """
 
 from __future__ import annotations
@@ -39,13 +45,12 @@ from .constant_folding import MAX_FOLD_BYTES
 
 __all__ = ["run"]
 
-#: Ops whose operands may be swapped (the loop is the same either way).
+#: Ops whose operands may be swapped bit for bit (their constants hold no nan,
+#: see _hoist). Not maximum/minimum: ``maximum(-0.0, 0.0)`` is its first operand.
 _COMMUTATIVE = frozenset(
     {
         "add",
         "multiply",
-        "maximum",
-        "minimum",
         "equal",
         "not_equal",
         "logical_and",
@@ -54,10 +59,9 @@ _COMMUTATIVE = frozenset(
         "bitwise_and",
         "bitwise_or",
         "bitwise_xor",
-        "hypot",
-        "logaddexp",
     }
 )
+
 
 #: Elementwise ops that aren't ufuncs, hoisted when their operand dtypes agree.
 _UNARY_ELEMENTWISE = frozenset({"relu", "sigmoid", "silu", "gelu", "reciprocal"})
@@ -155,6 +159,10 @@ def _hoist(graph: Graph, join: Node, counts: dict[int, int]) -> list[Node] | Non
         if pos is None:
             return None
         operands = list(node.inputs)
+        if any(_has_nan(a) for k, a in enumerate(operands) if k != pos):
+            # nan op nan gives one of the two nans (sign, payload), and which one
+            # depends on numpy's loop (scalar or array operand): not reproducible.
+            return None
         if pos != xpos:
             if name not in _COMMUTATIVE or len(operands) != 2:
                 return None
@@ -217,6 +225,11 @@ def _hoist(graph: Graph, join: Node, counts: dict[int, int]) -> list[Node] | Non
         if b.node is not None:
             graph.nodes.remove(b.node)
     return [joined_x, hoisted]
+
+
+def _has_nan(a: Operand) -> bool:
+    data = const_array(a)
+    return data is None or (data.dtype.kind in "fc" and bool(np.isnan(data).any()))
 
 
 def _value_position(node: Node) -> int | None:
