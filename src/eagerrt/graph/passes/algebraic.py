@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import Graph, Node, Operand, Value
+from . import dce
 from ._rewrite import builtin, const_array, make_node
 
 __all__ = ["run"]
@@ -49,7 +50,12 @@ def run(graph: Graph) -> int:
         count = _sweep(graph)
         total += count
         if not count:
-            return total
+            break
+    if total:
+        # What the rewrites left unread (the slices a joined slice replaced, the
+        # inner op of --x) goes now, not after the passes that follow.
+        dce.run(graph)
+    return total
 
 
 def _sweep(graph: Graph) -> int:
