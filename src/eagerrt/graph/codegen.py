@@ -237,7 +237,9 @@ def _power(k: str, T: str, a: str, b: str) -> str | None:
 
 def _extreme(cmp: str) -> Template:
     def emit(k: str, T: str, a: str, b: str) -> str | None:
-        if k == "f":  # nan in either operand wins, as numpy's maximum/minimum
+        # nan in either operand wins; on a tie (0.0 and -0.0) the second
+        # operand, as numpy's SIMD loops (maxps/minps) give.
+        if k == "f":
             return f"({a} if ({a} {cmp} {b} or {a} != {a}) else {b})"
         return f"({a} if {a} {cmp} {b} else {b})"
 
@@ -285,8 +287,8 @@ BINARY_TEMPLATES: dict[str, Template] = {
     "floor_divide": _floor_divide,
     "remainder": _remainder,
     "power": _power,
-    "maximum": _extreme(">="),
-    "minimum": _extreme("<="),
+    "maximum": _extreme(">"),
+    "minimum": _extreme("<"),
     "equal": _compare("=="),
     "not_equal": _compare("!="),
     "less": _compare("<"),
@@ -420,17 +422,19 @@ def _logaddexp_{t}(x, y):
 _INT_HELPERS = """
 {njit}
 def _ipow_{t}(a, b):
-    # numpy's integer power: square and multiply, wrapping like the dtype.
-    if b < 0:
+    # numpy's integer power: square and multiply, wrapping like the dtype. Every
+    # constant typed: numba makes float64 of a uint64 meeting an int64.
+    zero = np.{t}(0)
+    one = np.{t}(1)
+    if b < zero:
         raise ValueError("Integers to negative integer powers are not allowed.")
-    a = np.{t}(a)
-    out = np.{t}(a if b & 1 else 1)
-    b >>= 1
-    while b > 0:
+    out = a if b & one else one
+    b = b >> one
+    while b > zero:
         a = np.{t}(a * a)
-        if b & 1:
+        if b & one:
             out = np.{t}(out * a)
-        b >>= 1
+        b = b >> one
     return out
 """
 
@@ -570,7 +574,7 @@ def _gelu(
     if approximate == "tanh":
         cube = e._assign(f"{T}(np.power({x}, {T}(3)))", out)
         inner = e._assign(
-            f"{T}(math.tanh({T}({T}(0.7978845608028654) * {T}({x} + {T}({T}(0.044715) * {cube.var}))))))",
+            f"{T}(math.tanh({T}({T}(0.7978845608028654) * {T}({x} + {T}({T}(0.044715) * {cube.var})))))",
             out,
         )
         return e._assign(f"{T}({T}({T}(0.5) * {x}) * {T}({T}(1) + {inner.var}))", out)
