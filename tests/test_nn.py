@@ -677,6 +677,37 @@ def test_attention_matches_torch() -> None:
     close(ert.scaled_dot_product_attention(q, k, v, fmask), want.numpy(), scale=5)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_blocks_on_two_threads(threads: int) -> None:
+    # Enough heads and flops for several score blocks shared by two threads
+    # (the last block short), masked and causal.
+    q, k, v = rand(3, 7, 128, 32), rand(3, 7, 96, 32), rand(3, 7, 96, 16)
+    mask = RNG.random((128, 96)) > 0.3
+    with ert.config.override(num_threads=threads):
+        close(ert.scaled_dot_product_attention(q, k, v), ref_attention(q, k, v), scale=5)
+        close(
+            ert.scaled_dot_product_attention(q, k, v, mask, scale=0.4),
+            ref_attention(q, k, v, mask=mask, scale=0.4),
+            scale=5,
+        )
+        close(
+            ert.scaled_dot_product_attention(q, k, v, is_causal=True),
+            ref_attention(q, k, v, causal=True),
+            scale=5,
+        )
+
+
+def test_units_are_shared_once_each() -> None:
+    seen: list[int] = []
+
+    def work(units: Any, single: bool) -> None:
+        for i in units:
+            seen.append(i)  # list.append is atomic
+
+    nn_ops._shared_by_two(work, 100)
+    assert sorted(seen) == list(range(100))
+
+
 # -- pad, interpolate -------------------------------------------------------------------------------
 PAD_CASES = [
     ((2, 1), "constant"),

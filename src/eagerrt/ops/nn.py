@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -196,6 +198,38 @@ def _in_two(work: Any, n: int, *args: Any) -> None:
     other = _helper_pool().submit(_one_blas_thread, work, *args, half, n)
     try:
         _one_blas_thread(work, *args, 0, half)
+    finally:
+        other.result()
+
+
+class _Units:
+    """The indices [0, n) handed out one at a time to the threads iterating
+    over this (each ``iter`` is one thread's share)."""
+
+    def __init__(self, n: int) -> None:
+        self._next = 0
+        self._n = n
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[int]:
+        while True:
+            with self._lock:
+                i = self._next
+                self._next += 1
+            if i >= self._n:
+                return
+            yield i
+
+
+def _shared_by_two(work: Any, n: int, *args: Any) -> None:
+    """``work(*args, units, single)`` on a helper thread and here, each with
+    BLAS on its own thread, ``units`` handing out [0, n) to whichever thread
+    is free: on a busy machine a thread that loses its core takes fewer
+    units instead of holding up the other (as fixed halves do)."""
+    units = _Units(n)
+    other = _helper_pool().submit(_one_blas_thread, work, *args, units)
+    try:
+        _one_blas_thread(work, *args, units)
     finally:
         other.result()
 
@@ -505,9 +539,9 @@ def _conv2d_winograd(
     b = np.zeros(g.o, x.dtype) if bias is None else bias
     args = (x, u, b, g, out, blocks)
     if len(blocks) >= 2 and config.num_threads >= 2 and _blas_local() is not None:
-        _in_two(_winograd_blocks, len(blocks), *args)
+        _shared_by_two(_winograd_blocks, len(blocks), *args)
     else:
-        _winograd_blocks(*args, 0, len(blocks), False)
+        _winograd_blocks(*args, range(len(blocks)), False)
 
 
 def _winograd_blocks(
@@ -517,11 +551,10 @@ def _winograd_blocks(
     g: _Conv,
     out: np.ndarray,
     blocks: list[tuple[int, int, int, int]],
-    start: int,
-    stop: int,
+    units: Iterable[int],
     single: bool,
 ) -> None:
-    """Blocks [start, stop) of :func:`_conv2d_winograd`: the input transform
+    """The blocks ``units`` of :func:`_conv2d_winograd`: the input transform
     of each image's part, the products, the output transform (bias added)
     straight into ``out``. ``single`` (whether BLAS is on this thread only) is
     not needed."""
@@ -529,10 +562,11 @@ def _winograd_blocks(
 
     tw = (g.wo + 1) // 2
     og, cg = g.o // g.groups, g.c // g.groups
-    width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks[start:stop]) * (tw + 1)
+    width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks) * (tw + 1)
     v = np.empty((16, g.c, width), x.dtype)  # the input tiles, transformed
     m = np.empty((16, g.o, width), x.dtype)  # their products with the weights
-    for n0, n1, r0, r1 in blocks[start:stop]:
+    for unit in units:
+        n0, n1, r0, r1 = blocks[unit]
         span = (r1 - r0) * (tw + 1)  # columns an image takes
         cols = (n1 - n0) * span
         for k in range(n1 - n0):
@@ -1597,11 +1631,12 @@ def _attend(
     out: np.ndarray,
     scale: float,
     is_causal: bool,
-    b0: int,
-    b1: int,
+    step: int,
+    units: Iterable[int],
     single: bool,
 ) -> None:
-    """Attention for (batch, head) pairs [b0, b1), block by block: scores =
+    """Attention for the blocks ``units`` of ``step`` (batch, head) pairs (block
+    i: pairs [i * step, (i + 1) * step)): scores =
     q @ (k^T * scale) (k transposed and scaled by numba), the fused softmax in
     place (numba), out = probabilities @ v. Products go in row chunks of at
     most _BLAS_ONE_THREAD m*n*k, which keeps them on this thread even where
@@ -1610,15 +1645,14 @@ def _attend(
     not needed."""
     from ._numba_nn import attention_softmax, transpose_scaled
 
-    _, length, embed = qb.shape
+    n, length, embed = qb.shape
     source = kb.shape[1]
     dtype = qb.dtype
-    step = max(1, _SCORE_BLOCK // max(1, length * source))
-    scores = np.empty((min(b1 - b0, step), length, source), dtype)
-    keys = np.empty((min(b1 - b0, step), embed, source), dtype)
+    scores = np.empty((min(n, step), length, source), dtype)
+    keys = np.empty((min(n, step), embed, source), dtype)
     neg_inf = dtype.type(-np.inf)
-    for c0 in range(b0, b1, step):
-        c1 = min(b1, c0 + step)
+    for unit in units:
+        c0, c1 = unit * step, min(n, (unit + 1) * step)
         s, kt = scores[: c1 - c0], keys[: c1 - c0]
         transpose_scaled(kb[c0:c1], kt, scale)
         _one_thread_matmul(qb[c0:c1], kt, s)
@@ -1652,14 +1686,17 @@ def _sdpa_kernel(
     if mask is not None:  # a broadcast view: blocks read it without a copy
         masks = np.broadcast_to(mask, (*g.batch, g.length, g.source))
         masks = masks.reshape(n, g.length, g.source)
-    args = (qb, kb, vb, masks, out, scale, is_causal)
+    # Pairs a block: _SCORE_BLOCK scores, but two blocks at least.
+    step = max(1, min(_SCORE_BLOCK // max(1, g.length * g.source), -(-n // 2)))
+    blocks = -(-n // step)
+    args = (qb, kb, vb, masks, out, scale, is_causal, step)
     flops = 2.0 * n * g.length * g.source * (g.embed + g.value_embed)
-    if n >= 2 and flops >= _SPLIT_FLOPS and config.num_threads >= 2:
-        # Heads are independent: half on a helper thread, half here (BLAS on
-        # one thread each, numba's softmax releases the GIL).
-        _in_two(_attend, n, *args)
+    if blocks >= 2 and flops >= _SPLIT_FLOPS and config.num_threads >= 2:
+        # Heads are independent: blocks shared by a helper thread and this one
+        # (BLAS on one thread each, numba's softmax releases the GIL).
+        _shared_by_two(_attend, blocks, *args)
     else:
-        _one_blas_thread(_attend, *args, 0, n)
+        _one_blas_thread(_attend, *args, range(blocks))
     return out.reshape(*g.batch, g.length, g.value_embed)
 
 
