@@ -314,8 +314,10 @@ def build_program(group: list[Node], inputs: list[Any] | None = None) -> Element
 
 
 def numba_signature(inputs: list[Any], out: Value) -> tuple[Any, ...]:
-    """The argument types a plan will call the kernel with (constants as they
-    are, computed values in C-contiguous buffers, scalars as numba types them)."""
+    """The argument types a plan will call the kernel with: constants as they
+    are, graph inputs as tensors hold them (C-contiguous, read-only), computed
+    values in C-contiguous buffers, scalars as numba types them. (A call with
+    other types compiles another specialization then.)"""
     import numba
 
     def typeof(a: Any) -> Any:
@@ -323,9 +325,11 @@ def numba_signature(inputs: list[Any], out: Value) -> tuple[Any, ...]:
             return numba.typeof(a)
         if a.is_const and isinstance(a.const, np.ndarray):
             return numba.typeof(a.const)
-        return numba.types.Array(numba.from_dtype(a.dtype), a.ndim, "C")
+        readonly = a.node is None and not a.is_const
+        return numba.types.Array(numba.from_dtype(a.dtype), a.ndim, "C", readonly=readonly)
 
-    return (*map(typeof, inputs), typeof(Value(out.shape, out.dtype, out.device)))
+    dtype = numba.from_dtype(out.dtype)
+    return (*map(typeof, inputs), numba.types.Array(dtype, out.ndim, "C"))
 
 
 def _allocating(out_kernel: Any, dtype: np.dtype[Any]) -> Callable[..., Any]:
