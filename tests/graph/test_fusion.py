@@ -479,6 +479,25 @@ def test_irregular_region_and_its_limits() -> None:
     compare(f, x, y)
 
 
+def test_long_irregular_region_calls_shared_step_functions() -> None:
+    # Past INLINE_STEPS the loops move into helper functions, one per distinct
+    # step: numba's compile time would otherwise grow faster than the region.
+    w = ert.asarray((rng.standard_normal((4, 4)) * 0.5).astype(np.float32))
+    acts = [ert.relu, ert.tanh, ert.negative, ert.abs, ert.relu, ert.negative, ert.tanh]
+
+    @ert.function
+    def f(x: Any) -> Any:
+        for act in acts:
+            x = act(x @ w)
+        return x
+
+    x = arr(rng.standard_normal((4, 4)), "float32")
+    (node,) = f.compiled_for(x).graph.nodes
+    assert node.name.startswith("region[matmul,relu,matmul,tanh")
+    assert node.op.source.count("def _step") == 5  # matmul and four activations
+    compare(f, x)
+
+
 # -- the kernel cache -------------------------------------------------------------------------
 def test_sources_load_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EAGERRT_CACHE_DIR", str(tmp_path))

@@ -49,6 +49,9 @@ TINY_MACS = 4096
 TINY_ELEMENTS = 1024
 #: A repeated pattern is looped over from this many repetitions on.
 MIN_REPEATS = 3
+#: Up to this many steps a region's loops are written inline; beyond, each
+#: distinct step is a helper function the region calls.
+INLINE_STEPS = 8
 
 # Rough costs of the generated loops, for the plan's cost model.
 _NS_PER_MAC = 0.3
@@ -220,20 +223,21 @@ def find_block(nodes: list[Node], users: dict[int, list[Node]]) -> Block | None:
     sigs = [_signature(node) for node in nodes]
     index = {id(node): i for i, node in enumerate(nodes)}
     best: Block | None = None
+    covered = 0
     for period in range(1, n // MIN_REPEATS + 1):
-        if best is not None and best.period * best.repeats == n:
-            break
+        # run[i]: how many nodes from i on equal the node a period later, so a
+        # stretch starting at i repeats 1 + run[i] // period times.
+        run = [0] * (n + 1)
+        for i in range(n - period - 1, -1, -1):
+            run[i] = run[i + 1] + 1 if sigs[i] == sigs[i + period] else 0
         for start in range(0, n - MIN_REPEATS * period + 1):
-            repeats = 1
-            while start + (repeats + 1) * period <= n and all(
-                sigs[start + q] == sigs[start + repeats * period + q] for q in range(period)
-            ):
-                repeats += 1
-            covered = best.period * best.repeats if best is not None else 0
+            repeats = 1 + run[start] // period
             while repeats >= MIN_REPEATS and repeats * period > covered:
                 block = _check(nodes, index, users, start, period, repeats)
                 if block is not None:
-                    best = block
+                    best, covered = block, repeats * period
+                    if covered == n:
+                        return best
                     break
                 repeats -= 1
     return best
@@ -253,7 +257,8 @@ class _Writer:
         self._arg_names: dict[Any, str] = {}
         self.lines: list[str] = []
         self.allocs: list[str] = []
-        self.emitter = ScalarEmitter("s")
+        self._helpers: dict[str, str] = {}  # step function text -> name
+        self._scalar_helpers: dict[str, str] = {}
         self.names: dict[int, str] = {}  # value id -> array holding it in the kernel
         self._free: dict[tuple[Any, ...], list[str]] = {}
         self.last_use: dict[int, int] = {}
@@ -292,66 +297,86 @@ class _Writer:
                 self.names[v.id] = f"<freed {name}>"
 
     # -- steps ----------------------------------------------------------------------
-    def step(self, node: Node, dst: str, read: Read, indent: str) -> None:
-        if tiny_matmul(node):
-            self._matmul(node, dst, read, indent)
-        else:
-            self._elementwise(node, dst, read, indent)
+    def step(self, node: Node, dst: str, read: Read, indent: str, inline: bool) -> None:
+        """Code computing ``node`` into array ``dst``: its loops written here, or
+        a call of a helper function holding them (shared by equal steps, so a
+        long region's compile time grows with its distinct steps only)."""
+        operands = [(i, a) for i, a in enumerate(node.inputs)]
+        if inline:
+            tag = str(len(self.lines))
+            names = [read(a, i) for i, a in operands]
+            body = self._body(node, names, dst, tag)
+            self.lines += [indent + line for line in body]
+            return
+        params = [f"q{i}" for i, _ in operands]
+        body = self._body(node, params, "d", "")
+        text = f"def {{name}}({', '.join([*params, 'd'])}):\n" + "".join(
+            f"    {line}\n" for line in body
+        )
+        name = self._helpers.get(text)
+        if name is None:
+            name = self._helpers[text] = f"_step{len(self._helpers)}"
+        args = [read(a, i) for i, a in operands]
+        self.lines.append(f"{indent}{name}({', '.join([*args, dst])})")
 
-    def _matmul(self, node: Node, dst: str, read: Read, indent: str) -> None:
+    def _body(self, node: Node, names: list[str], dst: str, tag: str) -> list[str]:
+        if tiny_matmul(node):
+            return self._matmul(node, names, dst, tag)
+        return self._elementwise(node, names, dst, tag)
+
+    def _matmul(self, node: Node, names: list[str], d: str, tag: str) -> list[str]:
         a, b = node.inputs
         (m, k), n = a.shape, b.shape[1]
-        A, B = read(a, 0), read(b, 1)
-        v = f"v{len(self.lines)}"
+        A, B = names
+        v = f"v{tag}"
         if n <= 4:
             # Narrow: each element's sum in a register (fewer stores; LLVM
             # unrolls the literal bounds).
-            self.lines += [
-                f"{indent}for i in range({m}):",
-                f"{indent}    for j in range({n}):",
-                f"{indent}        {v} = {A}[i, 0] * {B}[0, j]",
-                f"{indent}        for p in range(1, {k}):",
-                f"{indent}            {v} += {A}[i, p] * {B}[p, j]",
-                f"{indent}        {dst}[i, j] = {v}",
+            return [
+                f"for i in range({m}):",
+                f"    for j in range({n}):",
+                f"        {v} = {A}[i, 0] * {B}[0, j]",
+                f"        for p in range(1, {k}):",
+                f"            {v} += {A}[i, p] * {B}[p, j]",
+                f"        {d}[i, j] = {v}",
             ]
-            return
         # Wider: i, p, j order, the innermost loop along rows of B and of the
         # result (vectorizable). Each element sums over p in the same order.
-        self.lines += [
-            f"{indent}for i in range({m}):",
-            f"{indent}    for j in range({n}):",
-            f"{indent}        {dst}[i, j] = 0",
-            f"{indent}    for p in range({k}):",
-            f"{indent}        {v} = {A}[i, p]",
-            f"{indent}        for j in range({n}):",
-            f"{indent}            {dst}[i, j] += {v} * {B}[p, j]",
+        return [
+            f"for i in range({m}):",
+            f"    for j in range({n}):",
+            f"        {d}[i, j] = 0",
+            f"    for p in range({k}):",
+            f"        {v} = {A}[i, p]",
+            f"        for j in range({n}):",
+            f"            {d}[i, j] += {v} * {B}[p, j]",
         ]
 
-    def _elementwise(self, node: Node, dst: str, read: Read, indent: str) -> None:
+    def _elementwise(self, node: Node, names: list[str], d: str, tag: str) -> list[str]:
         name = _builtin_ops()[id(node.op)][0]
-        mark = len(self.emitter.lines)
+        emitter = ScalarEmitter(f"s{tag}_")
         operands = []
         reads = []
         for i, a in enumerate(node.inputs):
             if type(a) is Value:
-                var = f"e{len(self.lines)}_{i}"
-                reads.append((var, read(a, i), a.shape))
+                var = f"e{tag}_{i}"
+                reads.append((var, names[i], a.shape))
                 operands.append(_operand(a, var))
             else:
-                operands.append(_operand(a, read(a, i)))
-        result = self.emitter.node(name, operands, node.static, node.out.dtype)
+                operands.append(_operand(a, names[i]))
+        result = emitter.node(name, operands, node.static, node.out.dtype)
         if result is None:
             raise _NoForm(node.name)
-        stmts = self.emitter.lines[mark:]
+        self._scalar_helpers.update(emitter._helpers)
         shape = node.out.shape
 
-        def body(loop_vars: list[str], pad: str) -> list[str]:
+        def inner(loop_vars: list[str], pad: str) -> list[str]:
             out = [f"{pad}{var} = {arr}{index_expr(s, shape, loop_vars)}" for var, arr, s in reads]
-            out += [pad + s for s in stmts]
-            out.append(f"{pad}{dst}{index_expr(shape, shape, loop_vars)} = {result.var}")
+            out += [pad + line for line in emitter.lines]
+            out.append(f"{pad}{d}{index_expr(shape, shape, loop_vars)} = {result.var}")
             return out
 
-        self.lines += loop_nest(shape, body, indent=indent)
+        return loop_nest(shape, inner, indent="")
 
     def copy(self, src: str, dst: str, shape: tuple[int, ...], indent: str) -> None:
         def body(loop_vars: list[str], pad: str) -> list[str]:
@@ -361,19 +386,20 @@ class _Writer:
         self.lines += loop_nest(shape, body, indent=indent)
 
     # -- the function -----------------------------------------------------------------
-    def straight(self, start: int, stop: int) -> None:
+    def straight(self, start: int, stop: int, inline: bool) -> None:
         """Nodes one after another, each result in a scratch array (the root in out)."""
         for at in range(start, stop):
             node = self.nodes[at]
             out = node.out
             dst = "out" if out is self.root else self.buffer(out)
-            self.step(node, dst, self.read, "    ")
+            self.step(node, dst, self.read, "    ", inline)
             self.names[out.id] = dst
             self.release_dead(node.value_inputs(), at)
 
     def block(self, block: Block) -> None:
-        """The repeated stretch: one body in a loop, the carried value ping-ponging
-        between two arrays (the last repetition writes ``out`` if it is the root)."""
+        """The repeated stretch: one body in a loop, the carried value swapping
+        between two arrays each repetition (then copied to ``out`` if it is the
+        root: cheaper than a select in the loop)."""
         body = self.nodes[block.start : block.start + block.period]
         carried = body[-1].out
         ends = self.nodes[block.stop - 1].out is self.root
@@ -381,16 +407,9 @@ class _Writer:
         self.copy(self.read(block.init), ping, carried.shape, "    ")  # one type for the carry
         stacked = {key: self.arg(_stack(values)) for key, values in block.stacked.items()}
         scratch = {n.out.id: self.buffer(n.out) for n in body[:-1]}  # reused by every repetition
-        n = block.repeats
-        parity = f"({pong} if it % 2 == 0 else {ping})"
-        self.lines += [
-            f"    src = {ping}",
-            f"    for it in range({n}):",
-            f"        dst = out if it == {n - 1} else {parity}"
-            if ends
-            else f"        dst = {parity}",
-        ]
+        self.lines += [f"    src, dst = {ping}, {pong}", f"    for it in range({block.repeats}):"]
         self.lines += [f"        w{q}_{i} = {name}[it]" for (q, i), name in stacked.items()]
+        inline = block.period <= INLINE_STEPS
         for q, node in enumerate(body):
 
             def read(a: Any, i: int, q: int = q) -> str:
@@ -402,10 +421,12 @@ class _Writer:
                     return scratch[a.id]
                 return self.read(a)
 
-            self.step(
-                node, "dst" if q == block.period - 1 else scratch[node.out.id], read, "        "
-            )
-        self.lines.append("        src = dst")
+            dst = "dst" if q == block.period - 1 else scratch[node.out.id]
+            self.step(node, dst, read, "        ", inline)
+        self.lines.append("        src, dst = dst, src")
+        if ends:
+            self.copy("src", "out", carried.shape, "    ")
+        self.names[carried.id] = "out" if ends else "src"
         self.names[self.nodes[block.stop - 1].out.id] = "out" if ends else "src"
         outside = [v for node in self.nodes[block.start : block.stop] for v in node.value_inputs()]
         self.release_dead(outside, block.stop - 1)
@@ -416,8 +437,17 @@ class _Writer:
 
     def source(self) -> str:
         params = ", ".join([*(f"a{j}" for j in range(len(self.args))), "out"])
+        steps = [f"{NJIT}\n{text.replace('{name}', name)}" for text, name in self._helpers.items()]
         lines = [NJIT, f"def region({params}):", *self.allocs, *self.lines]
-        return HEADER + self.emitter.helpers_source() + "\n\n" + "\n".join(lines) + "\n"
+        return (
+            HEADER
+            + "".join(self._scalar_helpers.values())
+            + "\n\n"
+            + "\n\n".join(steps)
+            + "\n\n"
+            + "\n".join(lines)
+            + "\n"
+        )
 
 
 class _NoForm(Exception):
@@ -435,12 +465,16 @@ def _stack(values: list[Value]) -> Value:
 def _write(nodes: list[Node], users: dict[int, list[Node]]) -> tuple[str, list[Any], Block | None]:
     writer = _Writer(nodes)
     block = find_block(nodes, users) if len(nodes) >= MIN_REPEATS else None
+    # Loops written inline optimize best, but numba's compile time grows faster
+    # than linearly with a function's loops: long straight stretches call helpers.
+    straight = len(nodes) - (block.period * block.repeats if block else 0)
+    inline = straight <= INLINE_STEPS
     if block is None:
-        writer.straight(0, len(nodes))
+        writer.straight(0, len(nodes), inline)
     else:
-        writer.straight(0, block.start)
+        writer.straight(0, block.start, inline)
         writer.block(block)
-        writer.straight(block.stop, len(nodes))
+        writer.straight(block.stop, len(nodes), inline)
     return writer.source(), writer.args, block
 
 
