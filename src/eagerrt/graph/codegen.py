@@ -130,13 +130,11 @@ def load_source(source: str) -> ModuleType:
 
 # -- dtypes ------------------------------------------------------------------------------
 def numba_dtype_ok(dtype: Any) -> bool:
-    """Whether generated kernels handle this dtype (bool, ints, float32/64)."""
-    return (
-        isinstance(dtype, np.dtype)
-        and dtype.kind in "biuf"
-        and dtype.itemsize in (1, 2, 4, 8)
-        and (dtype.kind != "f" or dtype.itemsize >= 4)
-    )
+    """Whether generated kernels handle this dtype: bool, integers, float32 and
+    float64, in native byte order."""
+    if not isinstance(dtype, np.dtype) or not dtype.isnative or dtype.kind not in "biuf":
+        return False
+    return dtype.itemsize in (1, 2, 4, 8) and (dtype.kind != "f" or dtype.itemsize >= 4)
 
 
 #: A scalar operand's type in generated code: an array's dtype, or for a weak

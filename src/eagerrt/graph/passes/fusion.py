@@ -343,6 +343,7 @@ def _allocating(out_kernel: Any, dtype: np.dtype[Any]) -> Callable[..., Any]:
 
 
 _ops: dict[tuple[Any, ...], Op] = {}
+_MAX_OPS = 4096
 
 
 def make_op(
@@ -379,6 +380,8 @@ def make_op(
     op.out_kernel = out_kernel  # type: ignore[attr-defined]
     op.elementwise = elementwise  # type: ignore[attr-defined]
     op.source = source  # type: ignore[attr-defined]
+    if len(_ops) >= _MAX_OPS:  # many traces of many shapes: forget the oldest
+        del _ops[next(iter(_ops))]
     _ops[key] = op
     return op
 

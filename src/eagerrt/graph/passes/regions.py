@@ -35,8 +35,8 @@ from .fusion import (
     _builtin_ops,
     _operand,
     compile_kernel,
+    elementwise_ok,
     find_groups,
-    fusible,
     make_op,
     replace_group,
 )
@@ -90,7 +90,7 @@ def tiny(node: Node) -> bool:
     """Whether ``node`` may join a region."""
     if tiny_matmul(node):
         return True
-    return node.out.size <= TINY_ELEMENTS and fusible(node)
+    return node.out.size <= TINY_ELEMENTS and elementwise_ok(node)
 
 
 # -- periodic structure -----------------------------------------------------------------
