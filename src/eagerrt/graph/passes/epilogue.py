@@ -32,7 +32,7 @@ from .fusion import (
     fused_cost,
     group_inputs,
     make_op,
-    replace_group,
+    replace_groups,
     same_size,
 )
 
@@ -129,7 +129,7 @@ def run(graph: Graph) -> int:
     """Fuse products with their elementwise epilogues in place; returns how many."""
     users = graph.users()
     outputs = {v.id for v in graph.outputs}
-    count = 0
+    done = []
     for group in find_groups(graph, elementwise_ok, same_size):
         value = next((v for v in group_inputs(group) if _product(v, group, users, outputs)), None)
         if value is None:
@@ -138,6 +138,6 @@ def run(graph: Graph) -> int:
         if node is None:
             continue
         assert value.node is not None
-        replace_group(graph, [value.node, *group], node)
-        count += 1
-    return count
+        done.append(([value.node, *group], node))
+    replace_groups(graph, done)
+    return len(done)

@@ -54,7 +54,7 @@ __all__ = [
     "fusible",
     "make_op",
     "numba_signature",
-    "replace_group",
+    "replace_groups",
     "run",
 ]
 
@@ -153,9 +153,14 @@ def elementwise_ok(node: Node) -> bool:
     return fusible(node) and _libm_cost_ok(node)
 
 
+#: Nodes in one fused kernel at most (numba's compile time grows with it).
+MAX_GROUP_NODES = 256
+
+
 def same_size(group: list[Node], producer: Node) -> bool:
-    """A producer joins only if it is computed once per output element."""
-    return producer.out.size == group[0].out.size
+    """A producer joins only if it is computed once per output element (and
+    the kernel is not too long to compile)."""
+    return producer.out.size == group[0].out.size and len(group) < MAX_GROUP_NODES
 
 
 # -- grouping ----------------------------------------------------------------------------
@@ -173,12 +178,20 @@ def find_groups(
     the root's place.
     """
     position = {id(n): i for i, n in enumerate(graph.nodes)}
+    known: dict[int, bool] = {}
+
+    def ok(node: Node) -> bool:  # each node judged once
+        verdict = known.get(id(node))
+        if verdict is None:
+            verdict = known[id(node)] = eligible(node)
+        return verdict
+
     users = graph.users()
     outputs = {v.id for v in graph.outputs}
     assigned: set[int] = set()
     groups: list[list[Node]] = []
     for root in reversed(graph.nodes):
-        if id(root) in assigned or not eligible(root):
+        if id(root) in assigned or not ok(root):
             continue
         group = [root]
         members = {id(root)}
@@ -191,7 +204,7 @@ def find_groups(
                 continue
             if not all(id(u) in members for u in users.get(p.out.id, ())):
                 continue
-            if not eligible(p) or not absorb(group, p):
+            if not ok(p) or not absorb(group, p):
                 continue
             group.append(p)
             members.add(id(p))
@@ -229,17 +242,17 @@ def group_inputs(group: Iterable[Node]) -> list[Any]:
     return inputs
 
 
-def replace_group(graph: Graph, group: list[Node], node: Node) -> None:
-    """Put ``node`` (computing the root's outputs) where the group's root was."""
-    gone = {id(n) for n in group}
-    root = group[-1]
-    kept: list[Node] = []
-    for n in graph.nodes:
-        if n is root:
-            kept.append(node)
-        elif id(n) not in gone:
-            kept.append(n)
-    graph.nodes = kept
+def replace_groups(graph: Graph, replacements: list[tuple[list[Node], Node]]) -> None:
+    """Put each new node (computing its group's root's outputs) where the
+    group's root was, the other members gone; one pass over the graph."""
+    gone: set[int] = set()
+    at_root: dict[int, Node] = {}
+    for group, node in replacements:
+        gone.update(id(n) for n in group)
+        at_root[id(group[-1])] = node
+    graph.nodes = [
+        at_root.get(id(n), n) for n in graph.nodes if id(n) not in gone or id(n) in at_root
+    ]
 
 
 # -- code --------------------------------------------------------------------------------
@@ -437,12 +450,12 @@ def fuse_group(group: list[Node]) -> Node | None:
 
 def run(graph: Graph) -> int:
     """Fuse elementwise groups in place; returns how many fused nodes were made."""
-    count = 0
+    done = []
     for group in find_groups(graph, elementwise_ok, same_size):
         if len(group) == 1 and _has_out_form(group[0]):
             continue  # a ufunc already writes into a planned buffer
         node = fuse_group(group)
         if node is not None:
-            replace_group(graph, group, node)
-            count += 1
-    return count
+            done.append((group, node))
+    replace_groups(graph, done)
+    return len(done)

@@ -38,7 +38,7 @@ from .fusion import (
     elementwise_ok,
     find_groups,
     make_op,
-    replace_group,
+    replace_groups,
 )
 
 __all__ = ["TINY_ELEMENTS", "TINY_MACS", "run"]
@@ -533,12 +533,12 @@ def fuse_region(nodes: list[Node], users: dict[int, list[Node]]) -> Node | None:
 def run(graph: Graph) -> int:
     """Replace regions of tiny ops in place; returns how many were made."""
     users = graph.users()
-    count = 0
+    done = []
     for group in find_groups(graph, tiny, lambda group, producer: True):
         if len(group) < 2 or not any(tiny_matmul(n) for n in group):
             continue
         node = fuse_region(group, users)
         if node is not None:
-            replace_group(graph, group, node)
-            count += 1
-    return count
+            done.append((group, node))
+    replace_groups(graph, done)
+    return len(done)
