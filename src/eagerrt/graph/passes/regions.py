@@ -16,7 +16,10 @@ period (the same ops on the same shapes, each repetition reading the previous
 one's result: ``x = relu(x @ W[i] + b[i])`` ten times, or ``x = x @ w`` a
 hundred times) the body is emitted once inside a loop, the constants that
 differ between repetitions stacked into one array indexed by the iteration.
-Compile time then does not grow with the chain's length.
+Compile time then does not grow with the chain's length. Long stretches that
+don't repeat call one helper function per distinct step instead of writing
+every step's loops inline (numba's compile time grows faster than linearly
+with the loops in one function).
 """
 
 from __future__ import annotations
