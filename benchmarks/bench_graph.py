@@ -150,6 +150,30 @@ def tiny_model(result: dict[str, Any], quick: bool, n_ops: int, rounds: int, rep
 
 
 # -- the MLP ----------------------------------------------------------------------------------
+def _us_per_call(fn: Any, reps: int) -> Any:
+    """A candidate timing ``fn()``: microseconds per call."""
+
+    def candidate() -> float:
+        start = now_ns()
+        for _ in range(reps):
+            fn()
+        return (now_ns() - start) / reps / 1000
+
+    return candidate
+
+
+def _us_per_call_async(fn: Any, arg: Any, reps: int) -> Any:
+    """A candidate timing ``await (await fn(arg))``: microseconds per call."""
+
+    async def candidate() -> float:
+        start = now_ns()
+        for _ in range(reps):
+            await (await fn(arg))
+        return (now_ns() - start) / reps / 1000
+
+    return candidate
+
+
 def mlp_weights(sizes: tuple[int, ...], seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     params = []
@@ -190,26 +214,10 @@ def mlp_bench(
     eager = make_mlp(params)
     compiled = ert.function(eager)
 
-    def per_call_async(fn: Any) -> Any:
-        async def candidate() -> float:
-            start = now_ns()
-            for _ in range(reps):
-                y = await fn(ex)
-                await y
-            return (now_ns() - start) / reps / 1000
-
-        return candidate
-
-    def numpy_candidate() -> float:
-        start = now_ns()
-        for _ in range(reps):
-            numpy_mlp(x, params)
-        return (now_ns() - start) / reps / 1000
-
     candidates = {
-        "numpy": numpy_candidate,
-        "eager": per_call_async(eager),
-        "compiled": per_call_async(compiled),
+        "numpy": _us_per_call(lambda: numpy_mlp(x, params), reps),
+        "eager": _us_per_call_async(eager, ex, reps),
+        "compiled": _us_per_call_async(compiled, ex, reps),
     }
 
     async def measure() -> Any:
@@ -322,26 +330,10 @@ def normalize_bench(result: dict[str, Any], batch: int, rounds: int, reps: int) 
 
     compiled = ert.function(normalize)
 
-    def per_call_async(fn: Any) -> Any:
-        async def candidate() -> float:
-            start = now_ns()
-            for _ in range(reps):
-                y = await fn(e_features)
-                await y
-            return (now_ns() - start) / reps / 1000
-
-        return candidate
-
-    def numpy_candidate() -> float:
-        start = now_ns()
-        for _ in range(reps):
-            numpy_normalize(features)
-        return (now_ns() - start) / reps / 1000
-
     candidates = {
-        "numpy": numpy_candidate,
-        "eager": per_call_async(normalize),
-        "compiled": per_call_async(compiled),
+        "numpy": _us_per_call(lambda: numpy_normalize(features), reps),
+        "eager": _us_per_call_async(normalize, e_features, reps),
+        "compiled": _us_per_call_async(compiled, e_features, reps),
     }
 
     async def measure() -> Any:

@@ -164,16 +164,9 @@ _OUTPUT = object()
 def trace_sync(
     fn: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Graph, Any, list[int]]:
-    """Trace a plain function: ``(graph, output structure, input positions)``."""
-    trace, targs, tkwargs, positions = _start(name, args, kwargs)
-    token = _current.set(trace)
-    try:
-        result = fn(*targs, **tkwargs)
-        if inspect.iscoroutine(result):
-            result = _drive(result, name)
-    finally:
-        _current.reset(token)
-    return trace.graph, _finish(trace, result), positions
+    """Trace without an event loop: ``(graph, output structure, input positions)``.
+    An async ``fn`` must not await anything real (nothing would resume it)."""
+    return _drive(trace_async(fn, name, args, kwargs), name)
 
 
 async def trace_async(
