@@ -697,6 +697,26 @@ def test_attention_blocks_on_two_threads(threads: int) -> None:
         )
 
 
+def test_attention_kernel_strided_views() -> None:
+    # Views of every kind reach the kernel's products and the softmax.
+    q = rand(2, 3, 16, 9).transpose(0, 1, 3, 2)[..., ::-1, :]  # (2, 3, 9, 16), odd strides
+    k = rand(2, 3, 12, 16)[:, :, ::2]  # rows two apart
+    for v in (
+        np.broadcast_to(rand(1, 1, 6, 5), (2, 3, 6, 5)),  # broadcast heads
+        rand(2, 3, 5, 6).transpose(0, 1, 3, 2),  # a column-major value
+        np.broadcast_to(rand(2, 3, 1, 5), (2, 3, 6, 5)),  # rows zero apart
+    ):
+        bool_mask = RNG.random((9, 6)) > 0.3
+        float_mask = rand(3, 1, 6)
+        for mask in (None, bool_mask, float_mask):
+            got = nn_ops._sdpa_kernel(q, k, v, mask, is_causal=False, scale=0.7)
+            close(got, ref_attention(q, k, v, mask=mask, scale=0.7), scale=5)
+        got = nn_ops._sdpa_kernel(q, k, v, is_causal=True)
+        close(got, ref_attention(q, k, v, causal=True), scale=5)
+    empty = nn_ops._sdpa_kernel(q[:, :, :0], k, v)  # no queries
+    assert empty.shape == (2, 3, 0, 5)
+
+
 def test_units_are_shared_once_each() -> None:
     seen: list[int] = []
 

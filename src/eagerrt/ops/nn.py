@@ -1592,7 +1592,7 @@ def _as_batch(x: np.ndarray, batch: Shape, repeat: int) -> np.ndarray:
     if repeat > 1:
         x = np.repeat(x, repeat, axis=-3)
     x = np.broadcast_to(x, (*batch, *x.shape[-2:]))
-    return x.reshape(-1, *x.shape[-2:])
+    return x.reshape(math.prod(batch), *x.shape[-2:])  # not -1: sizes may be 0
 
 
 def _view(a: np.ndarray, shape: Shape) -> np.ndarray:
