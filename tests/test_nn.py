@@ -681,8 +681,8 @@ def test_attention_matches_torch() -> None:
 def test_attention_blocks_on_two_threads(threads: int) -> None:
     # Enough heads and flops for several score blocks shared by two threads
     # (the last block short), masked and causal.
-    q, k, v = rand(3, 7, 128, 32), rand(3, 7, 96, 32), rand(3, 7, 96, 16)
-    mask = RNG.random((128, 96)) > 0.3
+    q, k, v = rand(5, 8, 128, 32), rand(5, 8, 128, 32), rand(5, 8, 128, 16)
+    mask = RNG.random((128, 128)) > 0.3
     with ert.config.override(num_threads=threads):
         close(ert.scaled_dot_product_attention(q, k, v), ref_attention(q, k, v), scale=5)
         close(
