@@ -13,6 +13,8 @@ from typing import Any
 
 import numba
 import numpy as np
+from numba import types
+from numba.core.extending import intrinsic
 
 __all__ = [
     "adaptive_avg_pool2d",
@@ -477,11 +479,12 @@ def transpose_scaled(a: Any, out: Any, scale: float) -> None:  # pragma: no cove
 # score made the softmax cost more than both matmuls of attention together. So
 # float32 uses its own exp: exp(t) = 2**n * exp(r), n = round(t / ln 2),
 # |r| <= ln(2)/2, exp(r) by a degree-7 Taylor polynomial (relative error < 1e-8,
-# below float32's rounding), 2**n built from its IEEE bits. The row maximum is
-# taken on the scores' bits as integers (ordered like the floats after flipping
-# negative ones), since LLVM vectorizes integer max reductions but not float
-# ones. Every loop is then plain vectorizable arithmetic; the fastmath flags let
-# LLVM reorder the sum ("ninf" is left out: masked scores are -inf).
+# below float32's rounding), 2**n built from its IEEE bits (a bit cast, below).
+# The row maximum is taken on the scores' bits as integers (ordered like the
+# floats after flipping negative ones), since LLVM vectorizes integer max
+# reductions but not float ones. Every loop is then plain vectorizable
+# arithmetic; the fastmath flags let LLVM reorder the sum ("ninf" is left out:
+# masked scores are -inf).
 _F32 = np.float32
 _I32 = np.int32
 _LOG2E = _F32(1.4426950408889634)
@@ -503,12 +506,22 @@ _NEG_INF_KEY = _I32(-0x7F800001)  # the ordered key of -inf's bits
 _FAST = {"nnan", "nsz", "reassoc", "contract", "arcp"}
 
 
+def _bit_cast(typingctx: Any, bits: Any) -> Any:  # pragma: no cover - compiled
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], context.get_value_type(types.float32))
+
+    return types.float32(types.int32), codegen
+
+
+#: ``_float32_from_bits(bits)``: the float32 whose IEEE bits are the int32
+#: ``bits`` (an LLVM bit cast, in compiled code only).
+_float32_from_bits: Any = intrinsic(_bit_cast)
+
+
 @numba.njit(nogil=True, cache=True, fastmath=_FAST)
-def _softmax_rows_f32(s: Any, scale: Any, causal: bool) -> None:  # pragma: no cover
+def _softmax_rows_f32(s: Any, causal: bool) -> None:  # pragma: no cover
     batch, rows, cols = s.shape
     ints = s.view(np.int32)
-    bits = np.empty(cols, np.int32)
-    powers = bits.view(np.float32)
     for b in range(batch):
         for i in range(rows):
             row = s[b, i]
@@ -530,21 +543,18 @@ def _softmax_rows_f32(s: Any, scale: Any, causal: bool) -> None:  # pragma: no c
                 for c in range(cols):
                     row[c] = 0
                 continue
-            bits[0] = top ^ ((top >> _SIGN_SHIFT) & _ABS)
-            peak = powers[0] * scale
+            peak = _float32_from_bits(_I32(top ^ _I32(_I32(top >> _SIGN_SHIFT) & _ABS)))
+            total = _F32(0.0)
             for c in range(n):
-                t = row[c] * scale - peak
+                t = row[c] - peak
                 tc = max(t, _EXP_FLOOR)
                 k = np.floor(tc * _LOG2E + _HALF)
                 r = tc - k * _LN2_HI - k * _LN2_LO
                 p = _ONE + r * (
                     _ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7)))))
                 )
-                bits[c] = _I32(_I32(_I32(k) + _I32(127)) << _I32(23))
-                row[c] = p if t > _EXP_FLOOR else 0
-            total = _F32(0.0)
-            for c in range(n):
-                e = row[c] * powers[c]
+                e = p * _float32_from_bits(_I32(_I32(_I32(k) + _I32(127)) << _I32(23)))
+                e = e if t > _EXP_FLOOR else _F32(0)
                 row[c] = e
                 total += e
             inv = _ONE / total
@@ -555,7 +565,7 @@ def _softmax_rows_f32(s: Any, scale: Any, causal: bool) -> None:  # pragma: no c
 
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
-def _softmax_rows_exact(s: Any, scale: float, causal: bool) -> None:  # pragma: no cover
+def _softmax_rows_exact(s: Any, causal: bool) -> None:  # pragma: no cover
     batch, rows, cols = s.shape
     for b in range(batch):
         for i in range(rows):
@@ -563,8 +573,7 @@ def _softmax_rows_exact(s: Any, scale: float, causal: bool) -> None:  # pragma: 
             n = min(cols, i + 1) if causal else cols
             peak = -np.inf
             for c in range(n):
-                v = row[c] * scale
-                row[c] = v
+                v = row[c]
                 if v > peak or math.isnan(v):
                     peak = v
             if peak == -np.inf:
@@ -583,14 +592,11 @@ def _softmax_rows_exact(s: Any, scale: float, causal: bool) -> None:  # pragma: 
                 row[c] = 0
 
 
-def attention_softmax(s: np.ndarray, scale: float, causal: bool) -> None:
+def attention_softmax(s: np.ndarray, causal: bool) -> None:
     """In place on contiguous scores ``s`` of shape (B, L, S): softmax over the
-    last axis of ``s * scale``, keys after the query's position masked when
-    ``causal``; fully masked rows become zeros (as PyTorch)."""
+    last axis, keys after the query's position masked when ``causal``; fully
+    masked rows become zeros (as PyTorch), rows with a nan nans."""
     if s.dtype == np.float32:
-        if not scale > 0:  # the float32 kernel finds the maximum before scaling
-            s *= np.float32(scale)
-            scale = 1.0
-        _softmax_rows_f32(s, np.float32(scale), causal)
+        _softmax_rows_f32(s, causal)
     else:
-        _softmax_rows_exact(s, float(scale), causal)
+        _softmax_rows_exact(s, causal)

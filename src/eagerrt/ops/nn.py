@@ -1663,7 +1663,7 @@ def _attend(
                 np.copyto(s, neg_inf, where=~masks[c0:c1])
             else:
                 s += masks[c0:c1]
-        attention_softmax(s, 1.0, is_causal)
+        attention_softmax(s, is_causal)
         _one_thread_matmul(s, vb[c0:c1], out[c0:c1])
 
 
