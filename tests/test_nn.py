@@ -727,6 +727,14 @@ def test_units_are_shared_once_each() -> None:
     nn_ops._shared_by_two(work, 100)
     assert sorted(seen) == list(range(100))
 
+    def failing(units: Any, single: bool) -> None:
+        for i in units:
+            if i == 7:
+                raise RuntimeError("unit 7")
+
+    with pytest.raises(RuntimeError, match="unit 7"):  # from either thread
+        nn_ops._shared_by_two(failing, 20)
+
 
 # -- pad, interpolate -------------------------------------------------------------------------------
 PAD_CASES = [
