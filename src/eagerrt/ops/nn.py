@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 import operator
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -192,22 +191,6 @@ def _helper_pool() -> Any:
 renew_after_fork(__name__, "_helpers", lambda: None)  # a forked child starts its own
 
 
-#: How long a thread done with its share polls for the helper's end before it
-#: blocks: a blocked thread's (virtual) CPU goes idle, and waking it again
-#: took the host up to milliseconds here (measured: attention 13% faster
-#: with the poll, which outlasts the helper's last block of work).
-_JOIN_POLL_S = 0.002
-
-
-def _join(other: Any) -> None:
-    """Wait for the helper's future ``other`` (and raise its error): polling
-    (the GIL released each time) for _JOIN_POLL_S, then blocking."""
-    deadline = time.perf_counter() + _JOIN_POLL_S
-    while not other.done() and time.perf_counter() < deadline:
-        time.sleep(0)
-    other.result()
-
-
 def _in_two(work: Any, n: int, *args: Any) -> None:
     """``work(*args, start, stop, single)`` over [0, n), half on a helper thread
     and half here, each with BLAS on its own thread."""
@@ -216,7 +199,7 @@ def _in_two(work: Any, n: int, *args: Any) -> None:
     try:
         _one_blas_thread(work, *args, 0, half)
     finally:
-        _join(other)
+        other.result()
 
 
 class _Units:
@@ -248,7 +231,7 @@ def _shared_by_two(work: Any, n: int, *args: Any) -> None:
     try:
         _one_blas_thread(work, *args, units)
     finally:
-        _join(other)
+        other.result()
 
 
 # -- conv2d ------------------------------------------------------------------------------
