@@ -125,18 +125,12 @@ def tiny_model(result: dict[str, Any], quick: bool, n_ops: int, rounds: int, rep
 
     samples = asyncio.run(measure())
     fig = result["figures"]
-    for name in samples.names:
-        fig[f"tiny_{name}_ns_per_op"] = samples.best(name)
-    for name, label in [
-        ("numpy", "tiny model: numpy loop `x = x @ w` (baseline)"),
-        ("numba_fused", "tiny model: hand-fused numba loop"),
-        ("eager", "tiny model: eagerrt eager"),
-        ("compiled", "tiny model: eagerrt compiled (ert.function)"),
-    ]:
-        add_row(
-            result, label, samples.best(name), "ns/op",
-            samples.ratio(name, "numpy"), "vs numpy", samples.paired_ratio(name, "numpy"),
-        )  # fmt: skip
+    _rows_vs_numpy(result, samples, "tiny", "ns/op", {
+        "numpy": "tiny model: numpy loop `x = x @ w` (baseline)",
+        "numba_fused": "tiny model: hand-fused numba loop",
+        "eager": "tiny model: eagerrt eager",
+        "compiled": "tiny model: eagerrt compiled (ert.function)",
+    })  # fmt: skip
     fig["tiny_compiled_vs_numpy"] = samples.ratio("compiled", "numpy")
     fig["tiny_compiled_vs_numba"] = samples.ratio("compiled", "numba_fused")
     add_row(
@@ -147,6 +141,20 @@ def tiny_model(result: dict[str, Any], quick: bool, n_ops: int, rounds: int, rep
                fig["tiny_compiled_vs_numpy"], 0.5, "<=")  # fmt: skip
     add_target(result, "tiny_compiled_vs_numba", "tiny model (moonshot): compiled / numba",
                fig["tiny_compiled_vs_numba"], 1.3, "<=")  # fmt: skip
+
+
+def _rows_vs_numpy(
+    result: dict[str, Any], samples: Any, key: str, unit: str, labels: dict[str, str]
+) -> None:
+    """One row per candidate (best round, ratio and median paired ratio to
+    "numpy"), and its best time as figure ``{key}_{name}_{unit}``."""
+    figure_unit = unit.replace("/", "_per_")
+    for name, label in labels.items():
+        result["figures"][f"{key}_{name}_{figure_unit}"] = samples.best(name)
+        add_row(
+            result, label, samples.best(name), unit,
+            samples.ratio(name, "numpy"), "vs numpy", samples.paired_ratio(name, "numpy"),
+        )  # fmt: skip
 
 
 # -- the MLP ----------------------------------------------------------------------------------
@@ -228,16 +236,11 @@ def mlp_bench(
 
     samples = asyncio.run(measure())
     fig = result["figures"]
-    for name, label in [
-        ("numpy", "MLP: hand-written numpy (baseline)"),
-        ("eager", "MLP: eagerrt eager"),
-        ("compiled", "MLP: eagerrt compiled"),
-    ]:
-        fig[f"mlp_{name}_us"] = samples.best(name)
-        add_row(
-            result, label, samples.best(name), "us/call",
-            samples.ratio(name, "numpy"), "vs numpy", samples.paired_ratio(name, "numpy"),
-        )  # fmt: skip
+    _rows_vs_numpy(result, samples, "mlp", "us/call", {
+        "numpy": "MLP: hand-written numpy (baseline)",
+        "eager": "MLP: eagerrt eager",
+        "compiled": "MLP: eagerrt compiled",
+    })  # fmt: skip
     fig["mlp_compiled_vs_numpy"] = samples.ratio("compiled", "numpy")
     fig["mlp_compiled_vs_eager"] = samples.ratio("compiled", "eager")
     add_target(result, "mlp_compiled_vs_numpy", "MLP: compiled / hand-written numpy",
@@ -245,7 +248,11 @@ def mlp_bench(
     _memory(result, compiled, eager, ex, x, params)
 
 
-def _peak_growth(fn: Any, calls: int) -> int:
+async def _peak_growth(call: Any, calls: int) -> int:
+    """The most memory ``await call()`` had allocated at once above what it
+    started with, over ``calls`` calls, inside one event loop (starting a loop
+    allocates too)."""
+    await call()  # warm: a compiled function's buffers are made once
     gc.collect()
     tracemalloc.start()
     try:
@@ -253,7 +260,7 @@ def _peak_growth(fn: Any, calls: int) -> int:
         for _ in range(calls):
             start = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
-            fn()
+            await call()
             worst = max(worst, tracemalloc.get_traced_memory()[1] - start)
     finally:
         tracemalloc.stop()
@@ -268,37 +275,20 @@ def _memory(
     async def call(fn: Any) -> None:
         await (await fn(ex))
 
-    def run_sync(fn: Any) -> Any:
-        return lambda: asyncio.run(call(fn))
+    async def numpy_call() -> None:
+        numpy_mlp(x, params)
 
-    # Warm the compiled function's context first (its buffers are made once).
     asyncio.run(call(compiled))
     plan = compiled.compiled_for(ex).plan
     new_arrays = sum(1 for s in plan.steps if s.out_kernel is None)
     fig = result["figures"]
     fig["mlp_compiled_new_arrays_per_call"] = new_arrays
     add_row(result, "MLP compiled: new arrays per call (memory plan)", new_arrays, "arrays")
-    # asyncio.run itself allocates; measure the call inside one loop instead.
-    peaks = {}
-    for name, fn in [("compiled", compiled), ("eager", eager)]:
-
-        async def measure(fn: Any = fn) -> int:
-            await call(fn)
-            gc.collect()
-            tracemalloc.start()
-            worst = 0
-            try:
-                for _ in range(5):
-                    start = tracemalloc.get_traced_memory()[0]
-                    tracemalloc.reset_peak()
-                    await call(fn)
-                    worst = max(worst, tracemalloc.get_traced_memory()[1] - start)
-            finally:
-                tracemalloc.stop()
-            return worst
-
-        peaks[name] = asyncio.run(measure())
-    peaks["numpy"] = _peak_growth(lambda: numpy_mlp(x, params), 5)
+    peaks = {
+        "compiled": asyncio.run(_peak_growth(lambda: call(compiled), 5)),
+        "eager": asyncio.run(_peak_growth(lambda: call(eager), 5)),
+        "numpy": asyncio.run(_peak_growth(numpy_call, 5)),
+    }
     for name in ("numpy", "eager", "compiled"):
         fig[f"mlp_{name}_peak_bytes_per_call"] = peaks[name]
         add_row(result, f"MLP {name}: peak bytes allocated per call", peaks[name], "bytes")
@@ -345,16 +335,11 @@ def normalize_bench(result: dict[str, Any], batch: int, rounds: int, reps: int) 
     graph = compiled.compiled_for(e_features).graph
     result["params"]["normalize_compiled_ops"] = ", ".join(n.name for n in graph.nodes)
     fig = result["figures"]
-    for name, label in [
-        ("numpy", "normalize+concat: hand-written numpy (baseline)"),
-        ("eager", "normalize+concat: eagerrt eager"),
-        ("compiled", "normalize+concat: eagerrt compiled"),
-    ]:
-        fig[f"normalize_{name}_us"] = samples.best(name)
-        add_row(
-            result, label, samples.best(name), "us/call",
-            samples.ratio(name, "numpy"), "vs numpy", samples.paired_ratio(name, "numpy"),
-        )  # fmt: skip
+    _rows_vs_numpy(result, samples, "normalize", "us/call", {
+        "numpy": "normalize+concat: hand-written numpy (baseline)",
+        "eager": "normalize+concat: eagerrt eager",
+        "compiled": "normalize+concat: eagerrt compiled",
+    })  # fmt: skip
     fig["normalize_compiled_vs_numpy"] = samples.ratio("compiled", "numpy")
     add_target(result, "normalize_compiled_vs_numpy", "normalize+concat: compiled / numpy",
                fig["normalize_compiled_vs_numpy"], 1.0, "<=")  # fmt: skip
