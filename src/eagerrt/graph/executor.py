@@ -47,16 +47,12 @@ def run_plan(plan: Plan, inputs: list[Tensor]) -> list[Tensor]:
         for t in pending:
             t.wait()
         return run_plan(plan, inputs)
-    if not pending and (plan.cost <= config.graph_inline_threshold_ns or config.sync_active):
-        count_inline()
-        return _run_now(plan, [t._value for t in inputs])
     results = [Tensor._pending(v.shape, v.dtype, v.device, name) for v in outs]
     if not results:  # nothing to compute: every op is pure
         return results
     device = outs[0].device
-    site = user_line()
     if len(plan.segments) > 1:
-        _start_segments(plan, inputs, results, pending, device.executor, site)
+        _start_segments(plan, inputs, results, pending, device.executor)
         return results
     # Parked: the thread completing the last input may run a cheap plan. Not
     # parked: over the graph threshold (tested above), so it goes to a worker.
@@ -64,7 +60,7 @@ def run_plan(plan: Plan, inputs: list[Tensor]) -> list[Tensor]:
     task.plan = plan
     task.inputs = inputs
     task.results = results
-    task.site = site
+    task.site = user_line()
     schedule(task, pending)
     return results
 
@@ -82,6 +78,12 @@ def _run_now(plan: Plan, arrays: list[Any]) -> list[Tensor]:
     ]
 
 
+def _fail_all(results: list[Tensor], failure: Failure) -> None:
+    """One execution fails as a whole: every output carries the failure."""
+    for r in results:
+        r._complete(ERROR, failure)
+
+
 class _PlanTask(Task):
     """One execution of a plan once its inputs are ready."""
 
@@ -96,19 +98,15 @@ class _PlanTask(Task):
         results = self.results
         failed = next((t for t in self.inputs if t._state == ERROR), None)
         if failed is not None:
-            for r in results:
-                r._complete(ERROR, failed._value)
+            _fail_all(results, failed._value)
             return
         try:
             values = self.plan.execute([t._value for t in self.inputs])
         except StepFailed as exc:
-            for r in results:
-                r._complete(ERROR, exc.failure)
+            _fail_all(results, exc.failure)
             return
         except BaseException as exc:  # never leave the results pending
-            failure = Failure(self.plan.graph.name, self.site, exc)
-            for r in results:
-                r._complete(ERROR, failure)
+            _fail_all(results, Failure(self.plan.graph.name, self.site, exc))
             raise
         for r, value in zip(results, values, strict=True):
             r._complete(READY, value)
@@ -118,7 +116,7 @@ class _Call:
     """One execution of a multi-segment plan: its context, registers, and the
     completion of each segment."""
 
-    __slots__ = ("ctx", "done", "failure", "inputs", "plan", "registers", "remaining", "results")
+    __slots__ = ("ctx", "done", "failure", "inputs", "plan", "registers", "results")
 
     def __init__(self, plan: Plan, inputs: list[Tensor], results: list[Tensor]) -> None:
         self.plan = plan
@@ -155,17 +153,15 @@ class _SegmentTask(Task):
 class _StartTask(Task):
     """Once the inputs are ready: take a context and release the first segments."""
 
-    __slots__ = ("call", "executor", "site")
+    __slots__ = ("call", "executor")
 
     call: _Call
-    site: SourceLine | None
 
     def run(self) -> None:
         call = self.call
         failed = next((t for t in call.inputs if t._state == ERROR), None)
         if failed is not None:
-            for r in call.results:
-                r._complete(ERROR, failed._value)
+            _fail_all(call.results, failed._value)
             return
         call.ctx = call.plan.begin()
         call.registers = call.plan.registers([t._value for t in call.inputs])
@@ -193,15 +189,12 @@ class _FinishTask(Task):
         assert ctx is not None
         try:
             if call.failure is not None:
-                for r in call.results:
-                    r._complete(ERROR, call.failure)
+                _fail_all(call.results, call.failure)
                 return
             try:
                 values = ctx.functions[-1](call.registers, ctx.outputs)
             except Exception as exc:
-                failure = plan.failure(exc)
-                for r in call.results:
-                    r._complete(ERROR, failure)
+                _fail_all(call.results, plan.failure(exc))
                 return
             for r, value in zip(call.results, values, strict=True):
                 r._complete(READY, value)
@@ -215,11 +208,9 @@ def _start_segments(
     results: list[Tensor],
     pending: list[Tensor],
     executor: Any,
-    site: SourceLine | None,
 ) -> None:
     call = _Call(plan, inputs, results)
     start = _StartTask(AsyncValue(), 0.0, executor)
     start.call = call
     start.executor = executor
-    start.site = site
     schedule(start, pending)

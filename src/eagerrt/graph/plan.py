@@ -14,7 +14,6 @@ from __future__ import annotations
 import linecache
 import math
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,7 +69,6 @@ class Plan:
     _buffer_specs: list[tuple[int, Any, tuple[int, ...]]] = field(default_factory=list)
     _free: list[Context] = field(default_factory=list)
     _buffered_outputs: list[int] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- contexts --------------------------------------------------------------
     def _new_context(self) -> Context:

@@ -45,6 +45,7 @@ from .._core.errors import (
 )
 from .._core.scheduler import _outstanding, schedule
 from ..tensor import TRACED, Tensor
+from . import registry
 from ._rules import broadcast_shapes
 from .indexing import fill_index, indexed_shape, split_index
 from .registry import GENERIC, Op, _KernelTask, call_error, elementwise_cost
@@ -247,8 +248,6 @@ def _trace_write(
     if op is None:
         op = _write_ops[(name, kernel)] = Op(name, _same_as_target)
         op.register_kernel(GENERIC, kernel)
-    from . import registry
-
     recorder = registry._trace_recorder
     assert recorder is not None  # set by eagerrt.graph.tracing, which made t
     new = recorder(op, (t, value, *operands), static, t.shape, t.dtype, t.device)
