@@ -220,9 +220,13 @@ class Function(Generic[_F]):
         if fast is not None and positions == list(range(len(args))):
             self._fast[fast] = compiled
         while len(self._cache) > self._max_traces:
-            _, dropped = self._cache.popitem(last=False)
-            self._fast = {k: c for k, c in self._fast.items() if c is not dropped}
+            self._forget(next(iter(self._cache)))  # the least recently used
         return compiled
+
+    def _forget(self, key: tuple[Any, ...]) -> None:
+        """Drop a trace from both caches."""
+        dropped = self._cache.pop(key, None)
+        self._fast = {k: c for k, c in self._fast.items() if c is not dropped}
 
     def compiled_for(self, *args: Any, **kwargs: Any) -> Compiled:
         """The trace these arguments would run (traced now if new; the function
@@ -251,8 +255,7 @@ class Function(Generic[_F]):
         for step, ns in zip(compiled.plan.steps, timings, strict=True):
             record_cost(step.node, ns)
             measured[f"{step.node.outputs[0].name} {step.node.name}"] = ns
-        self._cache.pop(key, None)
-        self._fast = {k: c for k, c in self._fast.items() if c is not compiled}
+        self._forget(key)
         self.compiled_for(*args, **kwargs)
         return measured
 
