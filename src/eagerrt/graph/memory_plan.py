@@ -139,7 +139,7 @@ def plan_memory(
 
     for i, step in enumerate(steps):
         dying = [
-            v.id
+            v
             for v in dict.fromkeys(step.inputs)
             if last_use.get(v.id) == i and v.id not in external
         ]
@@ -149,16 +149,11 @@ def plan_memory(
             roots[out.id] = frozenset()
         elif out is not None and step.has_out_form:
             plan.unplanned_bytes += out.nbytes
-            if step.in_place_ok:  # same-shape operands may be overwritten
-                same = [
-                    vid
-                    for vid in dying
-                    for v in step.inputs
-                    if v.id == vid and v.shape == out.shape and v.dtype == out.dtype
-                ]
-                for vid in same:
-                    release(vid)
-                dying = [vid for vid in dying if vid not in same]
+            if step.in_place_ok:  # dying same-shape operands may be overwritten
+                same = [v for v in dying if v.shape == out.shape and v.dtype == out.dtype]
+                for v in same:
+                    release(v.id)
+                dying = [v for v in dying if v not in same]
             b = take(out.nbytes, step.stream)
             plan.scratch[out.id] = b
             roots[out.id] = frozenset((b,))
@@ -170,19 +165,14 @@ def plan_memory(
                 roots[v.id] = viewed
                 for b in viewed:
                     holders[b].add(v.id)
-        for vid in dying:
-            release(vid)
+        for v in dying:
+            release(v.id)
         # A result nobody reads frees its buffer at once.
         for v in step.outputs:
             if v.id not in last_use:
                 release(v.id)
 
-    for vid in output_ids:
-        slot = first_slot[vid]
-        if vid in plan.direct_outputs or vid in external:
-            continue
-        if roots.get(vid):
-            pair = (vid, slot)
-            if pair not in plan.copied_outputs:
-                plan.copied_outputs.append(pair)
+    for vid, slot in first_slot.items():
+        if vid not in plan.direct_outputs and vid not in external and roots.get(vid):
+            plan.copied_outputs.append((vid, slot))
     return plan
