@@ -455,3 +455,17 @@ def test_random_sampling_inside_a_compiled_function_draws_anew_each_call() -> No
 
     assert np.array_equal(seeded(x).numpy(), seeded(x).numpy())
     assert np.array_equal(seeded(x).numpy(), ert.random.uniform(4, seed=5).numpy())
+
+
+def test_an_output_returned_twice_that_views_an_intermediate_is_safe_in_both_places() -> None:
+    @ert.function
+    def f(x: Any) -> Any:
+        h = x @ W1  # in a scratch buffer
+        return h.T, h.T  # one value (CSE), a view, returned twice
+
+    x = data(3, 6)
+    a, b = f(x)
+    f(data(3, 6))  # a second call reuses the scratch buffer
+    expected = (x @ W1.numpy()).T
+    np.testing.assert_allclose(a.numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), expected, rtol=1e-6)

@@ -390,21 +390,18 @@ def _generate(graph: Graph, steps: list[Step], segments: list[Segment], memory: 
 
 
 def _collect_lines(graph: Graph, memory: MemoryPlan, read: Callable[[Any], str]) -> list[str]:
-    """Copy the outputs that need it into their buffers; return the outputs."""
-    lines = [f"    _copyto(o[{slot}], {read(by)})" for by, slot in _copied(graph, memory)]
+    """Copy the outputs that need it into their buffers; return the outputs
+    (an output listed twice is returned from its one buffer both times)."""
+    by_id = {v.id: v for v in graph.outputs}
+    copied = dict(memory.copied_outputs)  # value id -> its output buffer
+    lines = [f"    _copyto(o[{slot}], {read(by_id[vid])})" for vid, slot in copied.items()]
     result = []
-    copied = set(memory.copied_outputs)
-    for slot, v in enumerate(graph.outputs):
+    for v in graph.outputs:
         if v.id in memory.direct_outputs:
             result.append(f"o[{memory.direct_outputs[v.id]}]")
-        elif (v.id, slot) in copied:
-            result.append(f"o[{slot}]")
+        elif v.id in copied:
+            result.append(f"o[{copied[v.id]}]")
         else:
             result.append(read(v))
     lines.append(f"    return [{', '.join(result)}]")
     return lines
-
-
-def _copied(graph: Graph, memory: MemoryPlan) -> list[tuple[Value, int]]:
-    by_id = {v.id: v for v in graph.outputs}
-    return [(by_id[vid], slot) for vid, slot in memory.copied_outputs]
