@@ -140,8 +140,9 @@ def _start(
 
 
 def _finish(trace: Trace, result: Any) -> Any:
-    """Record the outputs; returns the result's structure with each tensor leaf
-    replaced by None (graph outputs fill them in order)."""
+    """Record the outputs; returns ``(tree, leaves)``: the result's structure,
+    and its leaves with each tensor replaced by the ``_OUTPUT`` marker (graph
+    outputs fill them in order, see :func:`output_structure`)."""
     leaves, tree = pytree.flatten(result)
     kept: list[Any] = []
     for leaf in leaves:
