@@ -447,7 +447,7 @@ def test_repr_of_a_pending_big_op() -> None:
 
 def test_repr_of_a_failed_tensor() -> None:
     bad = ert.take(ert.asarray([1.0, 2.0]), ert.asarray([7]))
-    assert repr(bad) == "Tensor(<error: take failed>, shape=(1,), dtype=float64)"
+    assert repr(bad) == "Tensor(<error: take failed: IndexError>, shape=(1,), dtype=float64)"
     with pytest.raises(ert.KernelError):
         bad.numpy()  # read it, so it is not left unobserved
 

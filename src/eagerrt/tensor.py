@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import html
 import math
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
@@ -465,19 +466,81 @@ class Tensor(AsyncValue):
         ) -> Tensor: ...
 
     # -- display -------------------------------------------------------------
-    def __repr__(self) -> str:
+    # Display never blocks and never marks a failure observed: a notebook shows
+    # a pending tensor as pending, and an unread error is still raised by
+    # synchronize() after it was shown.
+    @property
+    def state(self) -> str:
+        """``"pending"``, ``"ready"``, ``"error"``, or ``"traced"`` inside ``ert.function``.
+
+        >>> import eagerrt as ert
+        >>> ert.ones(2).state
+        'ready'
+        """
+        return "traced" if self._state == TRACED else super().state
+
+    def _display_meta(self) -> str:
         dims = ", ".join(map(str, self.shape))
         meta = f"shape=({dims}{',' if len(self.shape) == 1 else ''}), dtype={self.dtype}"
-        if self.device.name != "cpu":
+        if self.device.name != "cpu":  # like PyTorch: the default device goes unsaid
             meta += f", device={self.device.name}"
-        if self._state == PENDING:
-            return f"Tensor(<pending>, {meta})"
-        if self._state == ERROR:
-            return f"Tensor(<error: {self._value.op} failed>, {meta})"
-        if self._state == TRACED:
-            return f"Tensor(<traced {self._value.name}>, {meta})"
+        return meta
+
+    def _display_state(self, state: int) -> str:
+        """What stands for the values while there are none (the state, as text)."""
+        if state == PENDING:
+            return "pending"
+        if state == ERROR:
+            return f"error: {self._value.op} failed: {type(self._value.cause).__name__}"
+        return f"traced {self._value.name}"
+
+    def __repr__(self) -> str:
+        """Shape, dtype, device (unless cpu) and the values, or the state instead.
+
+        >>> import eagerrt as ert
+        >>> ert.arange(3.0) * 2
+        Tensor([0., 2., 4.], shape=(3,), dtype=float64)
+
+        Big arrays are summarized as numpy summarizes them (``np.set_printoptions``).
+        """
+        state = self._state  # read once: another thread may complete it meanwhile
+        if state != READY:
+            return f"Tensor(<{self._display_state(state)}>, {self._display_meta()})"
         body = np.array2string(np.asarray(self._host_value()), separator=", ", prefix="Tensor(")
-        return f"Tensor({body}, {meta})"
+        return f"Tensor({body}, {self._display_meta()})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: a one-line summary and the values or the state."""
+        state = self._state
+        dims = ", ".join(map(str, self.shape))
+        facts = [
+            ("shape", f"({dims}{',' if len(self.shape) == 1 else ''})"),
+            ("dtype", str(self.dtype)),
+            ("device", self.device.name),
+            ("op", self._op),
+        ]
+        if state == READY:
+            text = np.array2string(np.asarray(self._host_value()), separator=", ")
+            label, colour = "ready", "#2a7d2a"
+        elif state == PENDING:
+            text, label, colour = "", "pending", "#b07800"
+        elif state == ERROR:
+            failure = self._value
+            text = f"op {failure.op!r} failed: {type(failure.cause).__name__}: {failure.cause}"
+            if failure.site is not None:
+                text += f"\ncreated at {failure.site}"
+            label, colour = "error", "#b00020"
+        else:
+            text, label, colour = f"graph value {self._value.name}", "traced", "#555"
+        cells = "".join(
+            f"<td><b>{name}</b> <code>{html.escape(value)}</code></td>" for name, value in facts
+        )
+        badge = f'<td style="color:{colour}"><b>{label}</b></td>'
+        pre = f'<pre style="margin:0.3em 0">{html.escape(text)}</pre>' if text else ""
+        return (
+            '<div class="eagerrt-tensor"><table style="border-collapse:collapse">'
+            f"<tr><td><b>Tensor</b></td>{badge}{cells}</tr></table>{pre}</div>"
+        )
 
     def __str__(self) -> str:
         if self._state == READY:
