@@ -111,7 +111,7 @@ def _has_traced(leaves: list[Any]) -> bool:
 
 
 class Function(Generic[_F]):
-    """A compiled function (see :func:`function`)."""
+    """A compiled function (see :func:`eagerrt.function`)."""
 
     def __init__(self, fn: _F, *, max_traces: int = DEFAULT_MAX_TRACES) -> None:
         if not callable(fn):
