@@ -42,6 +42,7 @@ BENCHMARKS = {
     "await_overhead": "bench_await_overhead",
     "conv_attention": "bench_conv_attention",
     "graph": "bench_graph",
+    "profiler": "bench_profiler",
 }
 
 

@@ -24,6 +24,7 @@ TINY: dict[str, dict[str, Any]] = {
     "bench_await_overhead": {"n_ready": 500, "n_hops": 20, "rounds": 2},
     "bench_conv_attention": {"conv_shape": (2, 4, 9, 9), "conv_out": 4, "attn_shape": (1, 2, 8, 8)},
     "bench_graph": {"n_ops": 5, "batch": 2, "sizes": (8, 6, 4), "rounds": 2, "reps": 2},
+    "bench_profiler": {"n_ops": 10, "rounds": 2, "reps": 3},
 }
 
 

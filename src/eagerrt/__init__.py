@@ -63,6 +63,7 @@ from .ops.reduction import *  # noqa: F403
 from .ops.searching import *  # noqa: F403
 from .ops.sets import *  # noqa: F403
 from .ops.sorting import *  # noqa: F403
+from .profiler import Profile, profile
 from .tensor import Tensor
 
 __version__ = "0.1.0"
@@ -86,6 +87,7 @@ __all__ = [
     "EagerErrorGroup",
     "KernelError",
     "OutOfBoundsError",
+    "Profile",
     "ShapeError",
     "Stats",
     "Tensor",
@@ -111,6 +113,7 @@ __all__ = [
     "nan",
     "newaxis",
     "pi",
+    "profile",
     "register_device",
     "stats",
     "sync_mode",

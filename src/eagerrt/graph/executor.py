@@ -13,14 +13,17 @@ tensors until then, with their shapes and dtypes known at once.
 from __future__ import annotations
 
 import math
+import threading
+import time
 from typing import Any
 
+from .._core import profiling
 from .._core.async_value import ERROR, PENDING, READY, AsyncValue
 from .._core.config import config
 from .._core.errors import Failure, SourceLine, user_line
 from .._core.scheduler import Task, count_inline, schedule
 from ..tensor import Tensor
-from .plan import Context, Plan, StepFailed
+from .plan import Context, Plan, Step, StepFailed
 
 __all__ = ["run_plan"]
 
@@ -33,6 +36,8 @@ def run_plan(plan: Plan, inputs: list[Tensor]) -> list[Tensor]:
                 break
         else:  # the synchronous interpreter: run now, on this thread
             count_inline()
+            if profiling.active is not None:
+                return _run_now_recorded(profiling.active, plan, inputs)
             return _run_now(plan, [t._value for t in inputs])
     outs = plan.outputs
     name = plan.graph.name
@@ -61,6 +66,10 @@ def run_plan(plan: Plan, inputs: list[Tensor]) -> list[Tensor]:
     task.inputs = inputs
     task.results = results
     task.site = user_line()
+    task.recording = recording = profiling.active
+    if recording is not None:
+        task.call_id = _expect_call(recording, results)
+        task.queued_ns = time.perf_counter_ns()
     schedule(task, pending)
     return results
 
@@ -87,12 +96,15 @@ def _fail_all(results: list[Tensor], failure: Failure) -> None:
 class _PlanTask(Task):
     """One execution of a plan once its inputs are ready."""
 
-    __slots__ = ("inputs", "plan", "results", "site")
+    __slots__ = ("call_id", "inputs", "plan", "queued_ns", "recording", "results", "site")
 
     plan: Plan
     inputs: list[Tensor]
     results: list[Tensor]
     site: SourceLine | None
+    recording: profiling.Recording | None
+    call_id: int
+    queued_ns: int
 
     def run(self) -> None:
         results = self.results
@@ -101,7 +113,18 @@ class _PlanTask(Task):
             _fail_all(results, failed._value)
             return
         try:
-            values = self.plan.execute([t._value for t in self.inputs])
+            if self.recording is None:
+                values = self.plan.execute([t._value for t in self.inputs])
+            else:
+                values = _execute_recorded(
+                    self.recording,
+                    self.plan,
+                    self.inputs,
+                    self.call_id,
+                    self.queued_ns,
+                    self.cost_ns <= config.inline_limit_ns,
+                    self.site,
+                )
         except StepFailed as exc:
             _fail_all(results, exc.failure)
             return
@@ -116,7 +139,22 @@ class _Call:
     """One execution of a multi-segment plan: its context, registers, and the
     completion of each segment."""
 
-    __slots__ = ("ctx", "done", "failure", "inputs", "plan", "registers", "results")
+    __slots__ = (
+        "call_id",
+        "ctx",
+        "done",
+        "failure",
+        "inputs",
+        "made",
+        "plan",
+        "queued_ns",
+        "recording",
+        "registers",
+        "results",
+        "site",
+        "started_ns",
+        "values",
+    )
 
     def __init__(self, plan: Plan, inputs: list[Tensor], results: list[Tensor]) -> None:
         self.plan = plan
@@ -126,6 +164,13 @@ class _Call:
         self.registers: list[Any] = []
         self.done = [AsyncValue() for _ in plan.segments]
         self.failure: Failure | None = None
+        # While a profile records: the call runs step by step on these values
+        # (by value id), and ``made`` names each value's producing event.
+        self.recording: profiling.Recording | None = None
+        self.call_id = self.queued_ns = self.started_ns = 0
+        self.site: SourceLine | None = None
+        self.values: dict[int, Any] = {}
+        self.made: dict[int, int] = {}
 
 
 class _SegmentTask(Task):
@@ -139,6 +184,18 @@ class _SegmentTask(Task):
         done = call.done[self.index]
         if call.failure is not None:  # an earlier segment failed: skip the work
             done._complete(ERROR, call.failure)
+            return
+        if call.recording is not None:
+            recorder = _step_recorder(
+                call, threading.current_thread().name, self.cost_ns <= config.inline_limit_ns
+            )
+            try:
+                call.plan.run_steps(call.plan.segments[self.index].steps, call.values, recorder)
+            except StepFailed as exc:
+                call.failure = call.failure or exc.failure
+                done._complete(ERROR, call.failure)
+                return
+            done._complete(READY, None)
             return
         assert call.ctx is not None
         try:
@@ -163,8 +220,13 @@ class _StartTask(Task):
         if failed is not None:
             _fail_all(call.results, failed._value)
             return
-        call.ctx = call.plan.begin()
-        call.registers = call.plan.registers([t._value for t in call.inputs])
+        if call.recording is not None:
+            call.started_ns = time.perf_counter_ns()
+            call.values = call.plan.step_values([t._value for t in call.inputs])
+            call.made = _input_producers(call.recording, call.plan, call.inputs)
+        else:
+            call.ctx = call.plan.begin()
+            call.registers = call.plan.registers([t._value for t in call.inputs])
         finish = _FinishTask(call.results[0], 0.0, self.executor)
         finish.call = call
         for k, segment in enumerate(call.plan.segments):
@@ -184,6 +246,9 @@ class _FinishTask(Task):
 
     def run(self) -> None:
         call = self.call
+        if call.recording is not None:
+            _finish_recorded(call)
+            return
         plan = call.plan
         ctx = call.ctx
         assert ctx is not None
@@ -210,7 +275,166 @@ def _start_segments(
     executor: Any,
 ) -> None:
     call = _Call(plan, inputs, results)
+    call.recording = recording = profiling.active
+    if recording is not None:
+        call.call_id = _expect_call(recording, results)
+        call.queued_ns = time.perf_counter_ns()
+        call.site = user_line()
     start = _StartTask(AsyncValue(), 0.0, executor)
     start.call = call
     start.executor = executor
     schedule(start, pending)
+
+
+# -- while a profile records: plans run step by step, every step an event ------
+# (slower than the generated code, which can't report its steps; only then)
+
+
+def _expect_call(recording: profiling.Recording, results: list[Tensor]) -> int:
+    """The event id of a call that runs later; its results name it as producer."""
+    call_id = recording.new_id()
+    for r in results:
+        recording.produced(r, call_id)
+    recording.expect(call_id, results[-1])  # the last one completes last
+    return call_id
+
+
+def _input_producers(
+    recording: profiling.Recording, plan: Plan, inputs: list[Tensor]
+) -> dict[int, int]:
+    """Graph input value id -> the event that made that input tensor."""
+    made = {}
+    for v, t in zip(plan.graph.inputs, inputs, strict=True):
+        found = recording.producers((t,))
+        if found:
+            made[v.id] = found[0]
+    return made
+
+
+def _device_name(plan: Plan, inputs: list[Tensor]) -> str:
+    if plan.outputs:
+        return str(plan.outputs[0].device.name)
+    return inputs[0].device.name if inputs else "cpu"
+
+
+def _step_recorder(call: _Call, track: str, inline: bool) -> Any:
+    """``on_step`` for :meth:`Plan.run_steps`: records each step of ``call``."""
+    recording = call.recording
+    assert recording is not None
+    made = call.made
+    device = _device_name(call.plan, call.inputs)
+
+    def on_step(step: Step, start: int, end: int, failed: bool) -> None:
+        node = step.node
+        eid = recording.new_id()
+        deps = tuple(dict.fromkeys(made[v.id] for v in node.value_inputs() if v.id in made))
+        recording.add(
+            profiling.Event(
+                eid,
+                node.name,
+                "step",
+                device,
+                track,
+                call.queued_ns,
+                start,
+                end,
+                inline,
+                node.site,
+                deps,
+                call.call_id,
+                failed,
+            )
+        )
+        for v in node.outputs:
+            made[v.id] = eid
+
+    return on_step
+
+
+def _execute_recorded(
+    recording: profiling.Recording,
+    plan: Plan,
+    inputs: list[Tensor],
+    call_id: int,
+    queued_ns: int,
+    inline: bool,
+    site: SourceLine | None,
+) -> list[Any]:
+    """One call of a plan on this thread, step by step: an event per step,
+    inside one (kind ``graph``) for the call."""
+    call = _Call(plan, inputs, [])
+    call.recording = recording
+    call.call_id = call_id
+    call.queued_ns = queued_ns
+    call.values = plan.step_values([t._value for t in inputs])
+    call.made = _input_producers(recording, plan, inputs)
+    track = threading.current_thread().name
+    start = time.perf_counter_ns()
+    failed = True
+    try:
+        plan.run_steps(plan.steps, call.values, _step_recorder(call, track, inline))
+        failed = False
+    finally:
+        recording.record(
+            plan.graph.name,
+            kind="graph",
+            device=_device_name(plan, inputs),
+            track=track,
+            queued_ns=queued_ns,
+            start_ns=start,
+            end_ns=time.perf_counter_ns(),
+            inline=inline,
+            source=site,
+            inputs=inputs,
+            failed=failed,
+            event_id=call_id,
+        )
+        recording.done(call_id)
+    return [call.values[v.id] for v in plan.outputs]
+
+
+def _run_now_recorded(
+    recording: profiling.Recording, plan: Plan, inputs: list[Tensor]
+) -> list[Tensor]:
+    """:func:`_run_now`, recorded."""
+    call_id = recording.new_id()
+    outs = plan.outputs
+    name = plan.graph.name
+    try:
+        values = _execute_recorded(
+            recording, plan, inputs, call_id, time.perf_counter_ns(), True, user_line()
+        )
+    except StepFailed as failed:
+        return [Tensor._failed(failed.failure, v.shape, v.dtype, v.device, name) for v in outs]
+    results = [
+        Tensor._ready(data, v.shape, v.dtype, v.device, name)
+        for data, v in zip(values, outs, strict=True)
+    ]
+    for r in results:
+        recording.produced(r, call_id)
+    return results
+
+
+def _finish_recorded(call: _Call) -> None:
+    """:class:`_FinishTask` for a recorded call: its outputs from the values."""
+    recording = call.recording
+    assert recording is not None
+    recording.record(
+        call.plan.graph.name,
+        kind="graph",
+        device=_device_name(call.plan, call.inputs),
+        queued_ns=call.queued_ns,
+        start_ns=call.started_ns,
+        end_ns=time.perf_counter_ns(),
+        inline=False,
+        source=call.site,
+        inputs=call.inputs,
+        failed=call.failure is not None,
+        event_id=call.call_id,
+    )
+    if call.failure is not None:
+        _fail_all(call.results, call.failure)
+    else:
+        for r, v in zip(call.results, call.plan.outputs, strict=True):
+            r._complete(READY, call.values[v.id])
+    recording.done(call.call_id)

@@ -112,6 +112,40 @@ class Plan:
         finally:
             self.release(ctx)
 
+    def step_values(self, inputs: list[Any]) -> dict[int, Any]:
+        """What a step-by-step run starts from: the inputs and constants by value id."""
+        values: dict[int, Any] = {v.id: a for v, a in zip(self.graph.inputs, inputs, strict=True)}
+        for c in self.graph.constants():
+            values[c.id] = c.const
+        return values
+
+    def run_steps(
+        self,
+        steps: list[Step],
+        values: dict[int, Any],
+        on_step: Callable[[Step, int, int, bool], None],
+    ) -> None:
+        """Run ``steps`` one by one with the eager kernels, reading and adding
+        to ``values``; ``on_step(step, start_ns, end_ns, failed)`` after each.
+        The profiler's way to run a plan: slower than the generated code, but
+        every step is seen. Raises :class:`StepFailed` naming a failing step."""
+        import time
+
+        clock = time.perf_counter_ns
+        for step in steps:
+            node = step.node
+            args = [values[a.id] if type(a) is Value else a for a in node.inputs]
+            start = clock()
+            try:
+                result = step.kernel(*args, **node.static)
+            except Exception as exc:
+                on_step(step, start, clock(), True)
+                raise StepFailed(Failure(node.name, node.site, exc)) from None
+            on_step(step, start, clock(), False)
+            results = result if len(node.outputs) > 1 else (result,)
+            for v, r in zip(node.outputs, results, strict=True):
+                values[v.id] = r
+
     def time_steps(self, inputs: list[Any], repeats: int = 3) -> list[float]:
         """Each step's best time in nanoseconds over ``repeats`` runs, step by
         step with the eager kernels (for the cost model, not for speed)."""

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import inspect
 import math
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 
+from .._core import profiling
 from .._core.async_value import ERROR, PENDING, READY
 from .._core.config import config
 from .._core.errors import (
@@ -454,16 +456,53 @@ class Op:
                     return _trace_recorder(self, args, static, shape, dtype, dev)
                 ready = False
         cost = self.cost(shape, dtype, *args, **static)
-        if ready and not static and device is None and all(type(a) is Tensor for a in args):
+        recording = profiling.active
+        # While a profile records, no inline cache: every call comes here to be seen.
+        fast_ok = ready and recording is None and not static and device is None
+        if fast_ok and all(type(a) is Tensor for a in args):
             self._remember_call(args, dev, shape, dtype, cost, kernel, generation)
         if ready and cost <= config.inline_limit_ns:
             count_inline()
+            if recording is not None:
+                return self._run_recorded(recording, kernel, args, static, shape, dtype, dev)
             try:
                 value = kernel(*[a._value if type(a) is Tensor else a for a in args], **static)
             except Exception as exc:  # the failure belongs to the result, not the call
                 return self._failed(exc, shape, dtype, dev)
             return Tensor._ready(value, shape, dtype, dev, self.name)
         return self._launch(kernel, args, static, shape, dtype, dev, cost)
+
+    def _run_recorded(
+        self,
+        recording: profiling.Recording,
+        kernel: Kernel,
+        args: tuple[Any, ...],
+        static: dict[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        dev: Device,
+    ) -> Tensor:
+        """The inline run, timed and recorded (only while a profile is active)."""
+        start = time.perf_counter_ns()
+        try:
+            value = kernel(*[a._value if type(a) is Tensor else a for a in args], **static)
+        except Exception as exc:
+            end = time.perf_counter_ns()
+            result = self._failed(exc, shape, dtype, dev)
+        else:
+            end = time.perf_counter_ns()
+            result = Tensor._ready(value, shape, dtype, dev, self.name)
+        recording.record(
+            self.name,
+            device=dev.name,
+            start_ns=start,
+            end_ns=end,
+            source=user_line(),
+            inputs=args,
+            outputs=(result,),
+            failed=result._state == ERROR,
+        )
+        return result
 
     def _launch(
         self,
@@ -582,6 +621,9 @@ def launch(
         for a in pending:
             a.wait()
         pending = []
+    recording = profiling.active
+    if recording is not None:
+        compute = recording.launched(name, device.name, compute, args, result, site, cost_ns)
     task = _KernelTask(result, cost_ns, executor)
     task.args = args
     task.compute = compute

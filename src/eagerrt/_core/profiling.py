@@ -1,0 +1,328 @@
+"""The profiler's hook: the active recording, and how work reports to it.
+
+``active`` is None unless ``with ert.profile():`` is running; every hook in the
+runtime is one read of this module global, so profiling costs nothing when off.
+The op registry, the graph executor and devices report through it:
+
+* :meth:`Recording.record` stores one finished piece of work (an inline op, a
+  graph step, or a device's own work on a stream: see :func:`record`);
+* :meth:`Recording.launched` wraps the compute of an op that runs later (parked
+  on its inputs or posted to a worker), so its event gets the real start and end
+  on whichever thread runs it.
+
+Dependencies are found through the values an event produced: each result is
+remembered (by identity, weakly) with the event that made it, and a later op
+reading it lists that event among its ``inputs``.
+
+This module knows nothing of ops, tensors or devices: values are any objects,
+devices are given by name. The public API is :mod:`eagerrt.profiler`.
+
+>>> from eagerrt._core import profiling
+>>> profiling.record("decode", device="cam", track="stream 0", start_ns=0, end_ns=5) is None
+True
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .config import config
+from .errors import SourceLine, user_line
+
+__all__ = ["Event", "Recording", "active", "record"]
+
+
+@dataclass(slots=True)
+class Event:
+    """One piece of work recorded by a profile: an op, a compiled call, a step.
+
+    Times are ``time.perf_counter_ns()`` readings: ``queued_ns`` when it was
+    called (or, for a graph step, when its call started), ``start_ns`` and
+    ``end_ns`` around the kernel itself.
+    """
+
+    #: Unique within its profile, in the order the work was called.
+    id: int
+    #: The op's name (a compiled function's, for kind ``"graph"``).
+    name: str
+    #: ``"op"`` (an eager op), ``"graph"`` (one call of an ``ert.function``),
+    #: ``"segment"`` (a part of one run as one task), ``"step"`` (one op inside
+    #: a compiled call), or what a device reports for its own work.
+    kind: str
+    #: The device's name (``"cpu"``).
+    device: str
+    #: Where it ran: a thread's name (the caller's, or a worker's), or a stream's.
+    track: str
+    queued_ns: int
+    start_ns: int
+    end_ns: int
+    #: True if it ran on the thread that called it or completed its last input,
+    #: False if it was posted to a worker (or a device's stream).
+    inline: bool
+    #: The user's line that called it (None where unknown).
+    source: SourceLine | None
+    #: Ids of the recorded events that produced its inputs.
+    inputs: tuple[int, ...] = ()
+    #: The event this one ran inside (a graph step's call), if any.
+    parent: int | None = None
+    #: Whether its kernel raised.
+    failed: bool = False
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def wait_ns(self) -> int:
+        """How long it waited between its call and its start (inputs, a queue)."""
+        return self.start_ns - self.queued_ns
+
+
+class Recording:
+    """What a profile collects while it is active; thread-safe.
+
+    ``events`` grows from any thread (a list append is atomic); ids come from
+    one counter, producers from one dict keyed by ``id(value)`` whose entry a
+    weak reference's callback drops when the value dies (so an id reused by a
+    later object never names a stale producer).
+    """
+
+    def __init__(self) -> None:
+        self._events: list[Event] = []
+        self._ids = itertools.count(1)
+        self._producers: dict[int, _Producer] = {}
+        # Results of launched ops not finished yet, to wait for when stopping.
+        self._in_flight: dict[int, Any] = {}
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    def producers(self, values: Iterable[Any]) -> tuple[int, ...]:
+        """The events that made these values (those made while recording)."""
+        found: list[int] = []
+        producers = self._producers
+        for value in values:
+            ref = producers.get(id(value))
+            if ref is not None and ref() is value and ref.event_id not in found:
+                found.append(ref.event_id)
+        return tuple(found)
+
+    def produced(self, value: Any, event_id: int) -> None:
+        """Remember that ``value`` was made by event ``event_id``."""
+        try:
+            ref = _Producer(value, self._forget)
+        except TypeError:  # not weakly referable (a plain array): can't be tracked
+            return
+        ref.key = id(value)
+        ref.event_id = event_id
+        self._producers[ref.key] = ref
+
+    def _forget(self, ref: _Producer) -> None:
+        # The value died: drop its entry, unless a newer value took its id.
+        if self._producers.get(ref.key) is ref:
+            self._producers.pop(ref.key, None)
+
+    def add(self, event: Event) -> None:
+        self._events.append(event)
+
+    def record(
+        self,
+        name: str,
+        *,
+        device: str,
+        track: str | None = None,
+        start_ns: int,
+        end_ns: int,
+        queued_ns: int | None = None,
+        kind: str = "op",
+        inline: bool = True,
+        source: SourceLine | None = None,
+        inputs: Iterable[Any] = (),
+        outputs: Iterable[Any] = (),
+        parent: int | None = None,
+        failed: bool = False,
+        event_id: int | None = None,
+    ) -> int:
+        """Store one finished piece of work; returns its event id.
+
+        ``inputs`` and ``outputs`` are the values it read and made (tensors):
+        the inputs' producers become its dependencies, and later readers of
+        the outputs depend on it.
+        """
+        eid = self.new_id() if event_id is None else event_id
+        self.add(
+            Event(
+                eid,
+                name,
+                kind,
+                device,
+                threading.current_thread().name if track is None else track,
+                start_ns if queued_ns is None else queued_ns,
+                start_ns,
+                end_ns,
+                inline,
+                source,
+                self.producers(inputs),
+                parent,
+                failed,
+            )
+        )
+        for value in outputs:
+            self.produced(value, eid)
+        return eid
+
+    def launched(
+        self,
+        name: str,
+        device: str,
+        compute: Callable[..., Any],
+        inputs: Iterable[Any],
+        result: Any,
+        source: SourceLine | None,
+        cost_ns: float,
+    ) -> Callable[..., Any]:
+        """``compute`` wrapped to record its run: for work called now that runs
+        once its inputs are ready, here or on a worker."""
+        eid = self.new_id()
+        queued = time.perf_counter_ns()
+        deps = self.producers(inputs)
+        self.produced(result, eid)
+        self.expect(eid, result)
+        in_flight = self._in_flight
+        add = self.add
+
+        def timed(*values: Any) -> Any:
+            start = time.perf_counter_ns()
+            failed = True
+            try:
+                out = compute(*values)
+                failed = False
+                return out
+            finally:
+                end = time.perf_counter_ns()
+                add(
+                    Event(
+                        eid,
+                        name,
+                        "op",
+                        device,
+                        threading.current_thread().name,
+                        queued,
+                        start,
+                        end,
+                        # The scheduler's own test, made just before this ran.
+                        cost_ns <= config.inline_limit_ns,
+                        source,
+                        deps,
+                        None,
+                        failed,
+                    )
+                )
+                in_flight.pop(eid, None)
+
+        return timed
+
+    def expect(self, event_id: int, result: Any) -> None:
+        """Note work called now that will complete ``result`` (an AsyncValue)
+        and record event ``event_id`` later, then call :meth:`done`."""
+        self._in_flight[event_id] = result
+
+    def done(self, event_id: int) -> None:
+        self._in_flight.pop(event_id, None)
+
+    def in_flight(self) -> list[Any]:
+        """Results of launched work that has not run yet."""
+        return list(self._in_flight.copy().values())
+
+
+class _Producer(weakref.ref[Any]):
+    """A weak reference to a value, naming the event that made it."""
+
+    __slots__ = ("event_id", "key")
+    key: int
+    event_id: int
+
+
+#: The recording in progress, or None: the one check every hook makes.
+active: Recording | None = None
+
+_switch = threading.Lock()
+
+
+def start(recording: Recording) -> None:
+    """Make ``recording`` the active one (a UsageError if one already is)."""
+    global active
+    from .errors import UsageError
+
+    with _switch:
+        if active is not None:
+            raise UsageError(
+                "a profile is already recording: profiles don't nest or overlap. "
+                "Use the outer one's events (filter them by time or name) instead "
+                "of starting a second ert.profile() inside it."
+            )
+        active = recording
+
+
+def stop(recording: Recording) -> None:
+    global active
+    with _switch:
+        if active is recording:
+            active = None
+
+
+def record(
+    name: str,
+    *,
+    device: str,
+    track: str,
+    start_ns: int,
+    end_ns: int,
+    queued_ns: int | None = None,
+    kind: str = "op",
+    inline: bool = False,
+    inputs: Iterable[Any] = (),
+    outputs: Iterable[Any] = (),
+    failed: bool = False,
+) -> int | None:
+    """Report work a device ran on its own track (a GPU stream, a DMA queue).
+
+    Does nothing and returns None when no profile is active; otherwise returns
+    the event's id. Times are ``time.perf_counter_ns()`` readings (convert a
+    device's own clock first). ``inputs``/``outputs`` are the tensors it read
+    and wrote, which link it to the ops around it. The source line is the
+    user's line calling now, so report from the thread that launched the work,
+    or pass the times later from anywhere (the line is then unknown).
+
+    >>> import time, eagerrt as ert
+    >>> from eagerrt._core import profiling
+    >>> with ert.profile() as prof:
+    ...     t0 = time.perf_counter_ns()
+    ...     _ = profiling.record("memcpy", device="cpu", track="copy engine",
+    ...                          start_ns=t0, end_ns=t0 + 1000)
+    >>> [(e.name, e.track, e.duration_ns) for e in prof.events]
+    [('memcpy', 'copy engine', 1000)]
+    """
+    recording = active
+    if recording is None:
+        return None
+    return recording.record(
+        name,
+        device=device,
+        track=track,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        queued_ns=queued_ns,
+        kind=kind,
+        inline=inline,
+        source=user_line(),
+        inputs=inputs,
+        outputs=outputs,
+        failed=failed,
+    )
