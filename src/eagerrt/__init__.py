@@ -19,6 +19,7 @@ import math
 
 from . import devices, fft, graph, linalg, lowlevel
 from ._core.config import Config, config, sync_mode
+from ._core.deterministic import deterministic
 from ._core.errors import (
     ArgumentError,
     DeviceError,
@@ -101,6 +102,7 @@ __all__ = [
     "calibrate",
     "cond",
     "config",
+    "deterministic",
     "devices",
     "e",
     "fft",

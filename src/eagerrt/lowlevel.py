@@ -15,9 +15,11 @@ from ._core.async_value import (
     AsyncValue,
     AsyncValueStateError,
     IndirectAsyncValue,
+    live_async_values,
     run_when_ready,
 )
 from ._core.bridge import wait_async
+from ._core.deterministic import DeterministicRun
 from ._core.scheduler import Executor, Task, schedule
 from ._core.workers import WorkerPool
 
@@ -25,10 +27,12 @@ __all__ = [
     "MAX_INLINE_DEPTH",
     "AsyncValue",
     "AsyncValueStateError",
+    "DeterministicRun",
     "Executor",
     "IndirectAsyncValue",
     "Task",
     "WorkerPool",
+    "live_async_values",
     "run_when_ready",
     "schedule",
     "wait_async",

@@ -26,6 +26,7 @@ continuation drains.
 from __future__ import annotations
 
 import collections
+import gc
 import logging
 import threading
 import time
@@ -42,6 +43,7 @@ __all__ = [
     "AsyncValue",
     "AsyncValueStateError",
     "IndirectAsyncValue",
+    "live_async_values",
     "run_when_ready",
 ]
 
@@ -60,6 +62,10 @@ MAX_INLINE_DEPTH: Final = 48
 _transition_lock = threading.Lock()
 renew_after_fork(__name__, "_transition_lock")
 _log = logging.getLogger("eagerrt")
+
+#: Inside ``eagerrt.deterministic()``: a blocking wait runs the block's queued
+#: work on the waiting thread (set and cleared by ``_core/deterministic.py``).
+_deterministic_wait: Callable[[AsyncValue, float | None], bool] | None = None
 
 
 class AsyncValueStateError(RuntimeError):
@@ -249,6 +255,8 @@ class AsyncValue:
         _drain(_trampoline, until=self)
         if self._state != PENDING:
             return True
+        if _deterministic_wait is not None:
+            return _deterministic_wait(self, timeout)
         help_pool = _trampoline.help
         if help_pool is not None:
             return self._wait_helping(help_pool, timeout)
@@ -344,3 +352,28 @@ def run_when_ready(values: Iterable[AsyncValue], callback: Callable[[], object])
 
     for v in pending:
         v.and_then(one_ready)
+
+
+def live_async_values() -> dict[str, int]:
+    """How many AsyncValues are alive now, by class name (``Tensor`` and the rest).
+
+    For leak checks in tests: values are found through the garbage collector,
+    so counting costs nothing until it is called (then about a ``gc.collect()``).
+    Call ``gc.collect()`` first to leave out garbage not yet collected.
+
+    >>> import gc
+    >>> before = live_async_values().get("AsyncValue", 0)
+    >>> kept = [AsyncValue() for _ in range(3)]
+    >>> live_async_values()["AsyncValue"] - before
+    3
+    >>> del kept; _ = gc.collect()
+    >>> live_async_values().get("AsyncValue", 0) - before
+    0
+    """
+    counts: dict[str, int] = {}
+    for obj in gc.get_objects():
+        # type(), not isinstance(): that would ask proxies for their __class__.
+        kind = type(obj)
+        if issubclass(kind, AsyncValue):
+            counts[kind.__name__] = counts.get(kind.__name__, 0) + 1
+    return counts

@@ -23,6 +23,7 @@ from collections.abc import Generator
 from typing import Any
 
 from .async_value import AsyncValue
+from .config import config
 from .errors import UsageError
 
 __all__ = ["wait_async"]
@@ -71,6 +72,9 @@ def _wait_asyncio(value: AsyncValue, loop: asyncio.AbstractEventLoop) -> Generat
             loop.call_soon_threadsafe(wake)
 
     value.and_then(on_available)
+    run = config._deterministic
+    if run is not None:  # nothing runs by itself: this loop runs the queued work
+        run.drive(loop.call_soon, lambda: not future.done())
     try:
         yield from future.__await__()
     except asyncio.CancelledError:  # don't leave a dead waiter on a long-running value
@@ -105,4 +109,7 @@ async def _wait_trio(value: AsyncValue, trio: Any) -> None:
         return lowlevel.Abort.SUCCEEDED
 
     value.and_then(on_available)
+    run = config._deterministic
+    if run is not None:
+        run.drive(token.run_sync_soon, lambda: state["waiting"])
     await lowlevel.wait_task_rescheduled(abort)

@@ -14,8 +14,12 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from .forking import renew_after_fork
+
+if TYPE_CHECKING:
+    from .deterministic import DeterministicRun
 
 __all__ = ["Config", "config", "sync_mode"]
 
@@ -74,21 +78,39 @@ class Config:
     def __post_init__(self) -> None:
         self._listeners: list[Callable[[], None]] = []
         self._sync_scopes = 0  # open sync_mode() blocks
+        #: The open ``deterministic()`` block's run queue (see ``_core/deterministic.py``).
+        self._deterministic: DeterministicRun | None = None
         # Reentrant: __setattr__ and _enter_sync_scope both recompute under it.
         self._scope_lock = threading.RLock()
         self._update_limit()
 
     @property
     def sync_active(self) -> bool:
-        """True while ``sync`` is set or any ``sync_mode()`` block is open."""
-        return self.sync or self._sync_scopes > 0
+        """True while ``sync`` is set or any ``sync_mode()`` block is open, and
+        no ``deterministic()`` block is (that mode queues every op instead)."""
+        return (self.sync or self._sync_scopes > 0) and self._deterministic is None
+
+    @property
+    def deterministic_active(self) -> bool:
+        """True inside an ``eagerrt.deterministic()`` block."""
+        return self._deterministic is not None
 
     def _update_limit(self) -> None:
         # The one number the fast path compares a cost with (derived, not a
-        # setting): sync mode inlines everything.
+        # setting): sync mode inlines everything, deterministic mode nothing.
         with self._scope_lock:
-            limit = float("inf") if self.sync_active else self.inline_threshold_ns
+            if self._deterministic is not None:
+                limit = float("-inf")
+            elif self.sync_active:
+                limit = float("inf")
+            else:
+                limit = self.inline_threshold_ns
             object.__setattr__(self, "inline_limit_ns", limit)
+
+    def _set_deterministic(self, queue: DeterministicRun | None) -> None:
+        with self._scope_lock:
+            self._deterministic = queue
+            self._update_limit()
 
     def _enter_sync_scope(self, delta: int) -> None:
         with self._scope_lock:

@@ -94,6 +94,10 @@ class Task:
             next(_inline_counter)
             self._run_and_forget()
         else:
+            queue = config._deterministic  # deterministic mode: nothing is inline
+            if queue is not None:
+                queue.post(self)
+                return
             next(_offloaded_counter)
             self.executor.submit(self._run_and_forget)
 

@@ -30,7 +30,9 @@ __all__ = ["run_plan"]
 
 def run_plan(plan: Plan, inputs: list[Tensor]) -> list[Tensor]:
     """The plan's output tensors for these input tensors."""
-    if plan.cost <= config.graph_inline_threshold_ns or config.sync_active:
+    if (
+        plan.cost <= config.graph_inline_threshold_ns or config.sync_active
+    ) and not config.deterministic_active:
         for t in inputs:
             if t._state != READY:
                 break
