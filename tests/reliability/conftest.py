@@ -3,6 +3,8 @@
 * ``LONG``: set ``EAGERRT_RELIABILITY_LONG=1`` to run the long variants (more
   cases, bigger storms); CI runs the quick ones. Pick sizes with
   ``scale(quick, long)``.
+* every test here starts with no work in flight and no unread failures left by
+  earlier tests (``clean_errors``, autouse), so ``synchronize()`` sees its own.
 * ``no_leaks`` (fixture): the test body leaves no AsyncValues, threads or memory
   behind (see ``tests/reliability/leaks.py``, usable per case as well).
 """
@@ -23,6 +25,11 @@ LONG = os.environ.get("EAGERRT_RELIABILITY_LONG", "").strip().lower() in {"1", "
 def scale(quick: int, long: int) -> int:
     """``long`` when the long variants were asked for, else ``quick``."""
     return long if LONG else quick
+
+
+@pytest.fixture(autouse=True)
+def _start_clean(clean_errors: None) -> None:
+    """Earlier tests' unread failures are theirs, not this test's."""
 
 
 @pytest.fixture
