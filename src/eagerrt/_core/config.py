@@ -66,6 +66,12 @@ class Config:
     #: (a worker round trip measured 20-100+ us on these VMs), and the caller's
     #: event loop is held at most this long.
     graph_inline_threshold_ns: float = 1_000_000.0
+    #: Backpressure: at most this many tasks wait in a worker pool's queue
+    #: (``EAGERRT_MAX_QUEUED``). Past it, the thread offloading a task runs it
+    #: itself, so a flood of callers (10,000 coroutines each starting a model)
+    #: is slowed to the workers' pace instead of queueing work, and the
+    #: intermediate results that work holds, without bound.
+    max_queued_tasks: int = 1024
     #: Cost-model constants, in nanoseconds (see ``eagerrt.calibrate``): a tiny
     #: numpy call, a float32 add per element on 4 MB arrays, and a float32
     #: 256x256 matmul per flop, as measured on the reference machine.
@@ -159,6 +165,7 @@ _COST_FIELDS = frozenset({"op_overhead_ns", "ns_per_element", "ns_per_flop"})
 config = Config(
     sync=_env_flag("EAGERRT_SYNC"),
     num_threads=_env_int("EAGERRT_NUM_THREADS", os.cpu_count() or 2),
+    max_queued_tasks=_env_int("EAGERRT_MAX_QUEUED", 1024),
 )
 
 

@@ -1,7 +1,14 @@
-"""A small pool of daemon worker threads fed by one FIFO queue.
+"""A small pool of daemon worker threads fed by one bounded FIFO queue.
 
 Lighter than ``concurrent.futures``: no Future per task (completion is the
 task's own AsyncValue), a C ``SimpleQueue``, threads started on first use.
+
+Backpressure: once ``config.max_queued_tasks`` tasks wait in the queue, the
+thread submitting another runs it itself (Java's caller-runs policy). That
+thread is busy meanwhile and so issues no more work: a flood of submitters
+advances at the workers' pace, and the queue (with the inputs and results its
+tasks hold) never grows past the bound. Running instead of blocking means no
+wait can deadlock: the submitter never depends on a worker to make progress.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import weakref
 from collections.abc import Callable
 
 from .async_value import _trampoline
+from .config import config
 
 __all__ = ["WorkerPool"]
 
@@ -45,6 +53,9 @@ class WorkerPool:
         self._start_lock = threading.Lock()
         self._submitted = itertools.count()
         self._finished = itertools.count()
+        self._ran_by_caller = itertools.count()
+        #: The most tasks seen waiting in the queue at once (see :meth:`reset_peak`).
+        self.peak_queued = 0
         _pools.add(self)
 
     def _reset_after_fork(self) -> None:
@@ -54,10 +65,23 @@ class WorkerPool:
         self._start_lock = threading.Lock()
         self._submitted = itertools.count()
         self._finished = itertools.count()
+        self._ran_by_caller = itertools.count()
+        self.peak_queued = 0
 
     def submit(self, task: Callable[[], object]) -> None:
+        """Queue ``task`` for a worker, or run it here if the queue is full."""
         if not self._threads:
             self._start()
+        queued = self._queue.qsize()
+        if queued >= config.max_queued_tasks:
+            next(self._ran_by_caller)
+            try:
+                task()
+            except Exception:  # as on a worker: a task's failure is its own business
+                _log.exception("eagerrt: a task for %s raised", self.name)
+            return
+        if queued >= self.peak_queued:  # racy across threads; a statistic, not a bound
+            self.peak_queued = queued + 1
         next(self._submitted)
         self._queue.put(task)
 
@@ -101,6 +125,14 @@ class WorkerPool:
         """Tasks submitted but not finished (queued or running)."""
         # Two reads, not one atomic snapshot: clamp the brief negative window.
         return max(0, _count_value(self._submitted) - _count_value(self._finished))
+
+    def ran_by_caller(self) -> int:
+        """Tasks that found the queue full and ran on the submitting thread."""
+        return _count_value(self._ran_by_caller)
+
+    def reset_peak(self) -> None:
+        """Start measuring :attr:`peak_queued` afresh from now."""
+        self.peak_queued = self._queue.qsize()
 
     def threads(self) -> list[threading.Thread]:
         return list(self._threads)
