@@ -225,9 +225,17 @@ class Tensor(AsyncValue):
             raise self._value.read_error()
         return self._value
 
-    def __await__(self) -> Generator[Any, None, np.ndarray]:
+    def __await__(self) -> Generator[Any, None, Any]:
         if self._state == PENDING:
             yield from wait_async(self)
+        device = self.device
+        if device.completes_at_enqueue and self._state == READY:
+            # Ready for device ops since it was enqueued; the host waits for its
+            # event, then gets the device's own array (a cupy.ndarray on cuda).
+            done = device.host_ready(self._value)  # type: ignore[attr-defined]
+            if done._state == PENDING:
+                yield from wait_async(done)
+            return device.native_result(self._value, self._op)  # type: ignore[attr-defined]
         return self._host_value()
 
     def _host_value(self) -> np.ndarray:

@@ -9,6 +9,10 @@ zero-argument callable returning one::
 
 ``get_device("mydev")`` then loads it on first use; no patch to eagerrt.
 
+Built in beside the CPU: ``cuda:N`` (``cuda`` is ``cuda:0``; CuPy on NVIDIA GPUs,
+imported only when asked for) and ``teststream:N``, the stream device whose
+streams are host threads (see :mod:`eagerrt.devices.stream`).
+
 >>> from eagerrt.devices import get_device
 >>> get_device("cpu").name
 'cpu'
@@ -23,8 +27,17 @@ from .._core.errors import DeviceError
 from .._core.forking import renew_after_fork
 from .base import Device
 from .cpu import CPUDevice, cpu
+from .stream import StreamDevice
 
-__all__ = ["CPUDevice", "Device", "available_devices", "cpu", "get_device", "register_device"]
+__all__ = [
+    "CPUDevice",
+    "Device",
+    "StreamDevice",
+    "available_devices",
+    "cpu",
+    "get_device",
+    "register_device",
+]
 
 ENTRY_POINT_GROUP = "eagerrt.devices"
 
@@ -64,6 +77,8 @@ def get_device(device: str | Device | None = None) -> Device:
         return device
     found = _devices.get(device)
     if found is None:
+        found = _make_builtin(device)
+    if found is None:
         found = _load_entry_point(device)
     if found is None:
         raise DeviceError(
@@ -71,6 +86,31 @@ def get_device(device: str | Device | None = None) -> Device:
             f"device joins through the {ENTRY_POINT_GROUP!r} entry point group."
         )
     return found
+
+
+def _make_builtin(name: str) -> Device | None:
+    """``cuda``/``cuda:N`` and ``teststream:N``, made on first use."""
+    kind, _, index = name.partition(":")
+    if kind not in ("cuda", "teststream") or not (
+        index.isdigit() or (kind == "cuda" and not index)
+    ):
+        return None
+    with _lock:
+        found = _devices.get(name)
+        if found is not None:
+            return found
+        if kind == "cuda":
+            from .cuda import cuda_device
+
+            device: Device = cuda_device(int(index or 0))  # raises DeviceError without a GPU
+            _devices["cuda:" + str(int(index or 0))] = device
+            if not index or int(index) == 0:
+                _devices["cuda"] = device
+        else:
+            from .stream_threads import ThreadStreamDevice
+
+            device = _devices[name] = ThreadStreamDevice(name)
+    return device
 
 
 def available_devices() -> list[str]:

@@ -27,6 +27,13 @@ class Device:
 
     name: str = "abstract"
     generic_kernels: bool = False
+    #: The name its ops' kernels are registered under (None: ``name``), so
+    #: ``cuda:0`` and ``cuda:1`` share the "cuda" kernels.
+    kernel_name: str | None = None
+    #: Results are ready once their work is enqueued (a stream device, see
+    #: :mod:`eagerrt.devices.stream`): ops call :meth:`enqueue`, and reading
+    #: the data waits for the device.
+    completes_at_enqueue: bool = False
 
     @property
     def executor(self) -> Executor:
@@ -39,6 +46,18 @@ class Device:
 
     def to_numpy(self, native: Any) -> np.ndarray:
         """A native array's data as a host numpy array (may block)."""
+        raise NotImplementedError
+
+    def enqueue(
+        self,
+        name: str,
+        kernel: Any,
+        args: Any,
+        static: dict[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+    ) -> Any:
+        """Run an op on a device that :attr:`completes_at_enqueue`: its tensor."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

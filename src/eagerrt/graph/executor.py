@@ -23,13 +23,17 @@ from .._core.config import config
 from .._core.errors import Failure, SourceLine, user_line
 from .._core.scheduler import Task, count_inline, schedule
 from ..tensor import Tensor
+from .op_by_op import OpByOpPlan
 from .plan import Context, Plan, Step, StepFailed
 
 __all__ = ["run_plan"]
 
 
-def run_plan(plan: Plan, inputs: list[Tensor]) -> list[Tensor]:
+def run_plan(plan: Plan | OpByOpPlan, inputs: list[Tensor]) -> list[Tensor]:
     """The plan's output tensors for these input tensors."""
+    if plan.op_by_op:  # a device other than the CPU
+        return plan.run(inputs)  # type: ignore[union-attr]
+    assert isinstance(plan, Plan)
     if (
         plan.cost <= config.graph_inline_threshold_ns or config.sync_active
     ) and not config.deterministic_active:

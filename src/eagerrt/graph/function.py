@@ -30,6 +30,7 @@ from ..tensor import TRACED, Tensor
 from . import pytree
 from .executor import run_plan
 from .ir import Graph
+from .op_by_op import OpByOpPlan, runs_op_by_op
 from .passes import optimize
 from .plan import Plan, lower
 from .tracing import _OUTPUT, is_tracing, output_structure, trace_async, trace_sync
@@ -47,7 +48,7 @@ class Compiled:
     """One trace of a function, optimized and lowered."""
 
     graph: Graph
-    plan: Plan
+    plan: Plan | OpByOpPlan
     structure: Any
     positions: list[int]  # which flattened argument leaves are graph inputs
 
@@ -206,14 +207,19 @@ class Function(Generic[_F]):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Compiled:
-        for c in graph.constants():
-            if type(c.const) is Tensor:
-                c.const = c.const._native()  # a failed weight raises its KernelError here
         graph.note("trace", f"{len(graph.nodes)} ops traced")
-        optimize(graph)
+        plan: Plan | OpByOpPlan
+        if runs_op_by_op(graph):  # another device: its ops, called in order
+            plan = OpByOpPlan(graph)
+        else:
+            for c in graph.constants():
+                if type(c.const) is Tensor:
+                    c.const = c.const._native()  # a failed weight raises its KernelError here
+            optimize(graph)
+            plan = lower(graph)
         if structure == _ONE_OUTPUT:
             structure = _ONE_OUTPUT  # the same object: finish() tests identity
-        compiled = Compiled(graph, lower(graph), structure, positions)
+        compiled = Compiled(graph, plan, structure, positions)
         self.traces += 1
         self._cache[key] = compiled
         fast = _fast_key(args) if not kwargs else None
@@ -249,10 +255,16 @@ class Function(Generic[_F]):
         leaves, tree = pytree.flatten((args, kwargs))
         key = _signature(leaves, tree, self._name)
         compiled = self.compiled_for(*args, **kwargs)
+        plan = compiled.plan
+        if not isinstance(plan, Plan):
+            raise UsageError(
+                f"{self._name}.measure_costs: only CPU plans have steps to time; "
+                "this function runs op by op on its device"
+            )
         inputs = [_asarray(leaves[p]) for p in compiled.positions]
-        timings = compiled.plan.time_steps([t.numpy() for t in inputs], repeats)
+        timings = plan.time_steps([t.numpy() for t in inputs], repeats)
         measured = {}
-        for step, ns in zip(compiled.plan.steps, timings, strict=True):
+        for step, ns in zip(plan.steps, timings, strict=True):
             record_cost(step.node, ns)
             measured[f"{step.node.outputs[0].name} {step.node.name}"] = ns
         self._forget(key)

@@ -54,6 +54,9 @@ class Context:
 
 @dataclass
 class Plan:
+    #: Plans run generated code (see :class:`~eagerrt.graph.op_by_op.OpByOpPlan`).
+    op_by_op = False
+
     graph: Graph
     steps: list[Step]
     segments: list[Segment]

@@ -237,7 +237,7 @@ class Op:
         self._last1 = self._last2 = None
 
     def _kernel_for(self, device: Device) -> Kernel:
-        kernel = self.kernels.get(device.name)
+        kernel = self.kernels.get(device.kernel_name or device.name)
         if kernel is None and device.generic_kernels:
             kernel = self.kernels.get(GENERIC)
         if kernel is None:
@@ -455,6 +455,8 @@ class Op:
                 if a._state == TRACED and _trace_recorder is not None:
                     return _trace_recorder(self, args, static, shape, dtype, dev)
                 ready = False
+        if dev.completes_at_enqueue:  # a stream device: ready once enqueued
+            return dev.enqueue(self.name, kernel, args, static, shape, dtype)
         cost = self.cost(shape, dtype, *args, **static)
         recording = profiling.active
         # While a profile records, no inline cache: every call comes here to be seen.

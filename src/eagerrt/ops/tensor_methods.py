@@ -131,6 +131,10 @@ def _to(self: Tensor, device: str | Device) -> Tensor:
     source = self.device
     if target is source:
         return self
+    if source.completes_at_enqueue:  # a stream device: its copy streams
+        return source.transfer(self, target)  # type: ignore[attr-defined]
+    if target.completes_at_enqueue:
+        return target.transfer(self, target)  # type: ignore[attr-defined]
     return launch(
         "to",
         lambda value: target.from_numpy(source.to_numpy(value)),

@@ -1,0 +1,277 @@
+"""The CUDA device: CuPy arrays, kernels on CUDA streams, copies through pinned memory.
+
+A thin layer: :class:`~eagerrt.devices.stream.StreamDevice` holds every rule
+(ordering by events, host completion, copy streams, memory lifetimes, errors)
+and this module maps its primitives onto CuPy's documented API:
+
+* streams: ``cupy.cuda.Stream(non_blocking=True)``; an op's kernel runs with its
+  stream current (``with stream:``), so CuPy launches there and allocates from
+  that stream's arena of its memory pool;
+* events: ``cupy.cuda.Event`` recorded on a stream, ``Stream.wait_event`` for a
+  device-side wait, ``Event.done`` / ``Event.synchronize`` on the host, and
+  ``Stream.launch_host_func`` for the host-callback completion;
+* copies: host data is staged in pinned memory (``cupyx.empty_pinned``) and
+  copied with ``ndarray.set(..., stream=)`` / ``ndarray.get(stream=, out=,
+  blocking=False)`` on the copy streams;
+* kernels: an op's "cuda" kernel if it has one (matmul through cuBLAS, conv2d as
+  im2col + matmul, the creation ops), else its generic numpy-API kernel, which
+  runs on cupy arrays through numpy's dispatch (``__array_ufunc__``,
+  ``__array_function__``); a generic kernel that can't (it needs host arrays)
+  runs on the host instead, counted in ``host_fallbacks``;
+* out of memory (``cupy.cuda.memory.OutOfMemoryError``): the device waits for
+  retained memory, frees CuPy's cached blocks and retries once; then the op's
+  result is an error value and the device goes on.
+
+CuPy is imported only when a ``cuda`` device is asked for; without it, or
+without a visible GPU, that request raises a :class:`~eagerrt.DeviceError`
+saying what to do. Not yet run on a GPU: see the README.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._core.errors import DeviceError
+from .stream import DeviceMemoryError, DeviceValue, StreamDevice
+
+__all__ = ["INSTALL_HINT", "CudaDevice", "cuda_device"]
+
+INSTALL_HINT = "pip install 'eagerrt[cuda12]' (CUDA 12) or 'eagerrt[cuda13]' (CUDA 13)"
+
+_kernels_lock = threading.Lock()
+_kernels_registered = False
+
+
+def _import_cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as exc:
+        raise DeviceError(
+            f"the cuda device needs CuPy, which is not installed ({exc}); {INSTALL_HINT}"
+        ) from None
+    return cupy
+
+
+def cuda_device(index: int) -> CudaDevice:
+    """The device ``cuda:index`` (raises DeviceError without CuPy or that GPU)."""
+    cupy = _import_cupy()
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+        why = ""
+    except Exception as exc:  # no driver, driver too old, no device: CuPy says which
+        count, why = 0, f": {type(exc).__name__}: {exc}"
+    if count == 0:
+        raise DeviceError(
+            f"no CUDA GPU is visible{why or ''} (CuPy {cupy.__version__} is installed; check "
+            "the driver with nvidia-smi and CUDA_VISIBLE_DEVICES; if CuPy was built for "
+            f"another CUDA version: {INSTALL_HINT})"
+        )
+    if index >= count:
+        raise DeviceError(f"cuda:{index} asked for, but only cuda:0..cuda:{count - 1} are visible")
+    _register_kernels(cupy)
+    return CudaDevice(index, cupy)
+
+
+class CudaDevice(StreamDevice):
+    """``cuda:N``: see the module docstring.
+
+    ``completion`` is "callback" (a host function enqueued behind the event)
+    or "watcher" (a thread waiting on events); ``compute_streams`` how many
+    compute streams ``dev.stream(i)`` offers (ops follow their operands').
+    """
+
+    kernel_name = "cuda"
+
+    def __init__(
+        self, index: int, cupy: Any, *, compute_streams: int = 1, completion: str = "callback"
+    ) -> None:
+        super().__init__(f"cuda:{index}", compute_streams=compute_streams, completion=completion)
+        self.index = index
+        self._cp = cupy
+        self._device = cupy.cuda.Device(index)
+        #: Ops whose kernel had to run on the host, by name (generic kernels
+        #: that need numpy arrays): what a cuda kernel should be written for.
+        self.host_fallbacks: collections.Counter[str] = collections.Counter()
+
+    # -- primitives ---------------------------------------------------------------
+    def _new_stream(self, kind: str) -> Any:
+        with self._device:
+            return self._cp.cuda.Stream(non_blocking=True)
+
+    def _record_event(self, stream: Any) -> Any:
+        with self._device:
+            event = self._cp.cuda.Event(block=True, disable_timing=True)
+            event.record(stream)
+        return event
+
+    def _wait_event(self, stream: Any, event: Any) -> None:
+        stream.wait_event(event)
+
+    def _event_done(self, event: Any) -> bool:
+        return bool(event.done)
+
+    def _event_synchronize(self, event: Any) -> None:
+        event.synchronize()
+
+    def _host_callback(self, stream: Any, callback: Callable[[], None]) -> None:
+        stream.launch_host_func(lambda _arg: callback(), None)
+
+    def _launch(
+        self,
+        stream: Any,
+        name: str,
+        kernel: Callable[..., Any],
+        values: Sequence[Any],
+        static: dict[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+    ) -> tuple[Any, None]:
+        cp = self._cp
+        args = [v.native if type(v) is DeviceValue else v for v in values]
+        with self._device, stream:
+            try:
+                out = kernel(*args, **static)
+            except cp.cuda.memory.OutOfMemoryError as exc:
+                raise DeviceMemoryError(f"{self.name} is out of memory: {exc}") from exc
+            except MemoryError:
+                raise
+            except Exception:
+                out = self._on_host(name, args, static)
+            if type(out) is not cp.ndarray:
+                out = cp.asarray(out)
+        if out.shape != shape or out.dtype != dtype:
+            raise RuntimeError(
+                f"the cuda kernel of {name!r} gave {out.dtype}{list(out.shape)}, "
+                f"expected {dtype}{list(shape)}"
+            )
+        return out, None
+
+    def _on_host(self, name: str, args: list[Any], static: dict[str, Any]) -> Any:
+        """Run the op's CPU kernel on host copies (a generic kernel refused cupy
+        arrays); its failure there is the op's failure."""
+        from ..ops.registry import get_op
+        from .cpu import cpu
+
+        cp = self._cp
+        kernel = get_op(name)._kernel_for(cpu)
+        host = [cp.asnumpy(a) if type(a) is cp.ndarray else a for a in args]
+        self.host_fallbacks[name] += 1
+        return cp.asarray(kernel(*host, **static))
+
+    def _stage(self, array: np.ndarray) -> Any:
+        import cupyx
+
+        staged = cupyx.empty_pinned(array.shape, array.dtype)
+        staged[...] = array
+        return staged
+
+    def _copy_to_device(self, stream: Any, staged: Any) -> tuple[Any, None]:
+        cp = self._cp
+        with self._device, stream:
+            try:
+                out = cp.empty(staged.shape, staged.dtype)
+            except cp.cuda.memory.OutOfMemoryError as exc:
+                raise DeviceMemoryError(f"{self.name} is out of memory: {exc}") from exc
+            out.set(staged, stream=stream)
+        return out, None
+
+    def _copy_to_host(self, stream: Any, value: DeviceValue) -> Any:
+        import cupyx
+
+        cp = self._cp
+        with self._device, stream:
+            source = cp.ascontiguousarray(value.native)
+            staged = cupyx.empty_pinned(source.shape, source.dtype)
+            try:
+                source.get(stream=stream, out=staged, blocking=False)
+            except TypeError:  # CuPy before `blocking=`: a given stream made it asynchronous
+                source.get(stream=stream, out=staged)
+        return staged
+
+    def _unstage(self, staged: Any) -> np.ndarray:
+        return np.array(staged, copy=True)  # the pinned buffer goes back to CuPy's pool
+
+    def _reclaim(self) -> None:
+        with self._device:
+            self._cp.get_default_memory_pool().free_all_blocks()
+
+
+# -- kernels the generic (numpy-API) ones can't be on cupy arrays -----------------
+def _register_kernels(cp: Any) -> None:
+    """Give ops their cuda kernels (once, on the first cuda device)."""
+    global _kernels_registered
+    with _kernels_lock:
+        if _kernels_registered:
+            return
+        from ..ops.registry import get_op
+
+        kernels: dict[str, Callable[..., Any]] = {
+            "matmul": cp.matmul,  # cuBLAS
+            "conv2d": _conv2d_kernel(cp),
+            "fill": _fill_kernel(cp),
+            "arange": lambda *, start, stop, step, dtype: cp.arange(start, stop, step, dtype=dtype),
+            "linspace": lambda *, start, stop, num, endpoint, dtype: cp.linspace(
+                start, stop, num, endpoint=endpoint, dtype=dtype
+            ),
+            "eye": lambda *, n, m, k, dtype: cp.eye(n, m, k, dtype=dtype),
+        }
+        for name, kernel in kernels.items():
+            get_op(name).register_kernel("cuda", kernel)
+        _kernels_registered = True
+
+
+def _fill_kernel(cp: Any) -> Callable[..., Any]:
+    def fill(*, shape: tuple[int, ...], dtype: Any, fill: Any = None) -> Any:
+        if fill is None:
+            return cp.empty(shape, dtype)
+        return cp.full(shape, fill, dtype)
+
+    return fill
+
+
+def _conv2d_kernel(cp: Any) -> Callable[..., Any]:
+    """conv2d as im2col (a strided view of the padded input) and one batched
+    matmul per group (cuBLAS)."""
+    from ..ops.nn import _conv_geometry
+
+    def conv2d(
+        x: Any,
+        weight: Any,
+        bias: Any = None,
+        *,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+    ) -> Any:
+        g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+        x4 = x if x.ndim == 4 else x[None]
+        need_h = (g.ho - 1) * g.sh + g.dh * (g.kh - 1) + 1
+        need_w = (g.wo - 1) * g.sw + g.dw * (g.kw - 1) + 1
+        pads = (
+            (0, 0),
+            (0, 0),
+            (g.ph, max(0, need_h - g.h - g.ph)),
+            (g.pw, max(0, need_w - g.w - g.pw)),
+        )
+        xp = cp.ascontiguousarray(cp.pad(x4, pads)[:, :, :need_h, :need_w])
+        s0, s1, s2, s3 = xp.strides
+        cols = cp.lib.stride_tricks.as_strided(
+            xp,
+            shape=(g.n, g.c, g.kh, g.kw, g.ho, g.wo),
+            strides=(s0, s1, s2 * g.dh, s3 * g.dw, s2 * g.sh, s3 * g.sw),
+        )
+        cg, og = g.c // g.groups, g.o // g.groups
+        cols = cols.reshape(g.n, g.groups, cg * g.kh * g.kw, g.ho * g.wo)
+        wmat = weight.reshape(g.groups, og, cg * g.kh * g.kw)
+        out = cp.matmul(wmat[None], cols).reshape(g.n, g.o, g.ho, g.wo)
+        if bias is not None:
+            out += bias.reshape(-1, 1, 1)
+        return out if x.ndim == 4 else out[0]
+
+    return conv2d

@@ -1,0 +1,708 @@
+"""Stream devices: the device-neutral half of an accelerator, after TFRT's GPU runtime.
+
+A stream device runs work on *streams*: FIFO queues that run in order, side by
+side with each other and with the host. This module holds every rule about
+ordering, events, host completion, copies and memory lifetimes; a concrete
+device (:mod:`eagerrt.devices.cuda` over CuPy, or the thread-backed test device
+in :mod:`eagerrt.devices.stream_threads`) implements a handful of primitives.
+
+The rules (TFRT's):
+
+* An op's result is ready for other device ops as soon as its work is
+  *enqueued*: its tensor is ready at once, holding a :class:`DeviceValue` (the
+  native array plus where on which stream it is made).
+* A consumer on another stream makes its stream wait for an event recorded
+  after the producer (a device-side wait): the host never blocks between
+  device ops.
+* The host learns of completion only when it needs the data (``await t``,
+  ``t.numpy()``, ``t.to("cpu")``), through an event: either a host callback
+  enqueued behind the event (CUDA's ``launch_host_func``) or an event-watcher
+  thread; ``completion=`` picks one.
+* Host-to-device and device-to-host copies run on their own copy streams, so
+  transfers overlap compute.
+* A value read on a stream other than its own is kept alive, when the host
+  drops it, until events say those streams are done with it (so a memory pool
+  with per-stream free lists never hands its memory to new work too early).
+* A failure known at enqueue (out of memory, a kernel refusing its operands)
+  makes the result an error value naming the op; the device keeps working.
+  A failure found while the stream runs reaches dependents through the same
+  events and is raised when the host reads.
+
+>>> import eagerrt as ert
+>>> dev = ert.get_device("teststream:0")
+>>> x = ert.asarray([1.0, 2.0, 3.0], device=dev)
+>>> y = (x * 2).sum()
+>>> y.is_ready()            # enqueued: ready for other device ops
+True
+>>> float(y)                # the host waits for the event here
+12.0
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._core.async_value import ERROR, PENDING, READY, AsyncValue
+from .._core.errors import DeviceError, EagerError, Failure, user_line
+from .._core.scheduler import Task, schedule
+from .._core.workers import _count_value
+from .base import Device
+
+__all__ = ["COMPLETIONS", "DeviceMemoryError", "DeviceValue", "Event", "Stream", "StreamDevice"]
+
+#: The ways the host can learn that an event completed.
+COMPLETIONS = ("callback", "watcher")
+
+# How many retained values each enqueue checks for release (more on memory pressure).
+_RELEASE_CHECKS = 8
+
+
+class DeviceMemoryError(EagerError, MemoryError):
+    """A device ran out of memory for a result (the op's result holds it, as a
+    :class:`~eagerrt.KernelError` naming the op, once the device has given
+    back what it could and retried)."""
+
+
+class Stream:
+    """One stream of a device: work enqueued on it runs in order.
+
+    ``with stream:`` makes it the stream new ops on its device go to (in this
+    thread or task); otherwise an op goes to its first operand's stream, or to
+    the device's first compute stream.
+    """
+
+    __slots__ = ("_token", "device", "enqueued", "last_event", "lock", "name", "native", "seen")
+
+    def __init__(self, device: StreamDevice, name: str, native: Any) -> None:
+        self.device = device
+        self.name = name
+        self.native = native
+        #: Work items enqueued so far (a result's position on its stream).
+        self.enqueued = 0
+        #: The latest event recorded here, reused by results enqueued before it.
+        self.last_event: Event | None = None
+        #: Per other stream, the position up to which this stream already waits.
+        self.seen: dict[Stream, int] = {}
+        self.lock = threading.Lock()
+        self._token: list[contextvars.Token[Stream | None]] = []
+
+    def __enter__(self) -> Stream:
+        self._token.append(self.device._current.set(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.device._current.reset(self._token.pop())
+
+    def __repr__(self) -> str:
+        return f"<stream {self.name} of {self.device.name}>"
+
+
+class Event:
+    """A point on a stream: done once all work enqueued there before it is done."""
+
+    __slots__ = ("done", "native", "position", "stream")
+
+    def __init__(self, stream: Stream, native: Any, position: int) -> None:
+        self.stream = stream
+        self.native = native
+        self.position = position
+        #: Completed on the host once the event is (made on first need).
+        self.done: AsyncValue | None = None
+
+
+class DeviceValue:
+    """A stream device's result: its native array, and where it is made.
+
+    A tensor on a stream device holds one as its value from the moment its
+    work is enqueued. ``users`` lists the other streams that read it: if the
+    host drops it, its memory is kept until those streams are past their reads.
+    """
+
+    __slots__ = ("device", "event", "handle", "native", "position", "stream", "users")
+
+    def __init__(
+        self, device: StreamDevice, stream: Stream, position: int, native: Any, handle: Any
+    ) -> None:
+        self.device = device
+        self.stream = stream
+        self.position = position
+        self.native = native
+        #: The device's own per-value state (the test device's stream-side cell).
+        self.handle = handle
+        self.event: Event | None = None
+        self.users: set[Stream] | None = None
+
+    def __del__(self) -> None:
+        if self.users:  # read on other streams: keep the memory until they are done
+            self.device._retired.append((self.native, self.handle, self.users))
+
+    def __repr__(self) -> str:
+        return f"<DeviceValue on {self.stream.name}#{self.position}>"
+
+
+class _InlineExecutor:
+    """Enqueueing is cheap: a task parked on pending inputs enqueues on the
+    thread that completes them."""
+
+    def submit(self, task: Callable[[], object]) -> None:
+        task()
+
+    def queue_depth(self) -> int:
+        return 0
+
+
+class _Finish(Task):
+    """Completes a host-side result once a host completion (an event) is done."""
+
+    __slots__ = ("finish",)
+
+    finish: Callable[[], tuple[int, Any]]
+
+    def run(self) -> None:
+        try:
+            state, value = self.finish()
+        except Exception as exc:
+            state, value = ERROR, Failure("to", None, exc)
+        self.result._complete(state, value)
+
+
+class _Start(Task):
+    """Starts a transfer once its source tensor is available."""
+
+    __slots__ = ("start",)
+
+    start: Callable[[], None]
+
+    def run(self) -> None:
+        self.start()
+
+
+class StreamDevice(Device):
+    """Base of devices whose work runs on streams (see the module docstring).
+
+    A subclass implements the primitives (the methods raising
+    ``NotImplementedError`` below): streams, events, waits, host callbacks,
+    kernel launches and copies. Everything else (which stream an op runs on,
+    when a stream must wait, how the host learns of completion, when memory may
+    be reused) is here, tested on the CPU through the thread-backed test device.
+    """
+
+    generic_kernels = True
+    completes_at_enqueue = True
+
+    def __init__(
+        self, name: str, *, compute_streams: int = 1, completion: str = "callback"
+    ) -> None:
+        if compute_streams < 1:
+            raise DeviceError(
+                f"{name}: a stream device needs a compute stream, got {compute_streams}"
+            )
+        if completion not in COMPLETIONS:
+            raise DeviceError(
+                f"{name}: completion must be one of {COMPLETIONS}, not {completion!r}"
+            )
+        self.name = name
+        self.completion = completion
+        self._compute_count = compute_streams
+        self._streams: dict[str, Stream] = {}
+        self._lock = threading.Lock()
+        self._current: contextvars.ContextVar[Stream | None] = contextvars.ContextVar(
+            f"eagerrt-stream-{name}", default=None
+        )
+        self._inline = _InlineExecutor()
+        # (native, handle, users) of values dropped by the host, and (events,
+        # things kept alive) until those events are done.
+        self._retired: collections.deque[tuple[Any, Any, set[Stream]]] = collections.deque()
+        self._retained: collections.deque[tuple[list[Event], Any]] = collections.deque()
+        self._host_syncs = itertools.count()
+        self._completer: queue.SimpleQueue[AsyncValue] | None = None
+        self._watched: queue.SimpleQueue[tuple[Event, AsyncValue]] | None = None
+
+    # -- primitives a concrete device implements --------------------------------
+    def _new_stream(self, kind: str) -> Any:
+        """A native stream; ``kind`` is "compute", "h2d", "d2h" or "notify"."""
+        raise NotImplementedError
+
+    def _record_event(self, stream: Any) -> Any:
+        """A native event after all work enqueued on ``stream`` so far."""
+        raise NotImplementedError
+
+    def _wait_event(self, stream: Any, event: Any) -> None:
+        """Make later work on ``stream`` wait for ``event`` (never blocks the host)."""
+        raise NotImplementedError
+
+    def _event_done(self, event: Any) -> bool:
+        """Whether ``event`` is done (never blocks)."""
+        raise NotImplementedError
+
+    def _event_synchronize(self, event: Any) -> None:
+        """Block the calling thread until ``event`` is done."""
+        raise NotImplementedError
+
+    def _host_callback(self, stream: Any, callback: Callable[[], None]) -> None:
+        """Run ``callback()`` on some host thread once earlier work on ``stream``
+        is done (it must not call the device's API: it only hands over)."""
+        raise NotImplementedError
+
+    def _launch(
+        self,
+        stream: Any,
+        name: str,
+        kernel: Callable[..., Any],
+        values: Sequence[Any],
+        static: dict[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+    ) -> tuple[Any, Any]:
+        """Enqueue ``kernel`` on ``stream`` (operands are DeviceValues or Python
+        scalars); returns ``(native, handle)`` of the result, allocated now."""
+        raise NotImplementedError
+
+    def _stage(self, array: np.ndarray) -> Any:
+        """A host copy of ``array`` the copy engine can read asynchronously
+        (pinned memory on CUDA); the caller may change ``array`` afterwards."""
+        raise NotImplementedError
+
+    def _copy_to_device(self, stream: Any, staged: Any) -> tuple[Any, Any]:
+        """Enqueue a copy of staged host data on ``stream``: ``(native, handle)``."""
+        raise NotImplementedError
+
+    def _copy_to_host(self, stream: Any, value: DeviceValue) -> Any:
+        """Enqueue a copy of ``value`` into staged host memory on ``stream``."""
+        raise NotImplementedError
+
+    def _unstage(self, staged: Any) -> np.ndarray:
+        """The data of a finished device-to-host copy as an ordinary numpy array."""
+        raise NotImplementedError
+
+    def _stream_failure(self, value: DeviceValue) -> Failure | None:
+        """A failure the stream found while making ``value`` (after its event)."""
+        return None
+
+    def _reclaim(self) -> None:
+        """Memory is short: give back what the device caches (then a retry)."""
+
+    # -- streams ----------------------------------------------------------------
+    def _stream(self, key: str, kind: str) -> Stream:
+        stream = self._streams.get(key)
+        if stream is None:
+            with self._lock:
+                stream = self._streams.get(key)
+                if stream is None:
+                    stream = self._streams[key] = Stream(self, key, self._new_stream(kind))
+        return stream
+
+    def stream(self, index: int = 0) -> Stream:
+        """Compute stream ``index`` (``with dev.stream(1): ...`` runs ops there)."""
+        if not 0 <= index < self._compute_count:
+            raise DeviceError(
+                f"{self.name} has {self._compute_count} compute stream(s); no stream {index}"
+            )
+        return self._stream(f"compute{index}", "compute")
+
+    @property
+    def h2d_stream(self) -> Stream:
+        """The stream host-to-device copies run on."""
+        return self._stream("h2d", "h2d")
+
+    @property
+    def d2h_stream(self) -> Stream:
+        """The stream device-to-host copies run on."""
+        return self._stream("d2h", "d2h")
+
+    @property
+    def executor(self) -> _InlineExecutor:
+        return self._inline
+
+    @property
+    def host_syncs(self) -> int:
+        """How many times the host waited for this device's events (reads of data)."""
+        return _count_value(self._host_syncs)
+
+    def _pick_stream(self, values: Sequence[Any]) -> Stream:
+        chosen = self._current.get()
+        if chosen is not None:
+            return chosen
+        for v in values:
+            if type(v) is DeviceValue and v.stream.name.startswith("compute"):
+                return v.stream
+        return self.stream(0)
+
+    # -- events -------------------------------------------------------------------
+    def _record(self, stream: Stream) -> Event:
+        """An event after everything enqueued on ``stream`` so far (hold its lock)."""
+        event = Event(stream, self._record_event(stream.native), stream.enqueued)
+        stream.last_event = event
+        return event
+
+    def _event_of(self, value: DeviceValue) -> Event:
+        """An event after ``value``'s work: the stream's latest one if it covers
+        it, else a new one (recorded lazily: most values never need one)."""
+        event = value.event
+        if event is None:
+            stream = value.stream
+            with stream.lock:
+                last = stream.last_event
+                event = last if last is not None and last.position >= value.position else None
+                if event is None:
+                    event = self._record(stream)
+            value.event = event
+        return event
+
+    def _order_after(self, stream: Stream, value: DeviceValue) -> Event | None:
+        """The event ``stream`` must wait for before reading ``value``, or None."""
+        source = value.stream
+        if source is stream:
+            return None
+        users = value.users
+        if users is None:
+            value.users = {stream}
+        else:
+            users.add(stream)
+        if stream.seen.get(source, -1) >= value.position:
+            return None  # this stream already waits for a later point there
+        return self._event_of(value)
+
+    def _wait_all(self, stream: Stream, events: list[Event]) -> None:
+        """Make ``stream`` wait for ``events`` (hold its lock)."""
+        seen = stream.seen
+        for event in events:
+            if seen.get(event.stream, -1) < event.position:
+                self._wait_event(stream.native, event.native)
+                seen[event.stream] = event.position
+
+    # -- enqueueing ops -----------------------------------------------------------
+    def enqueue(
+        self,
+        name: str,
+        kernel: Callable[..., Any],
+        args: Sequence[Any],
+        static: dict[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+    ) -> Any:
+        """Run an op here: its result tensor, ready once the work is enqueued.
+
+        Called by the op registry for every op on this device (operands are
+        tensors on this device or Python scalars, none failed or traced).
+        """
+        from ..tensor import Tensor
+
+        if any(type(a) is Tensor and a._state == PENDING for a in args):
+            # An operand still comes from the host (an upload waiting for its
+            # data): enqueue on the thread that completes it.
+            from ..ops.registry import launch
+
+            def compute(*values: Any) -> DeviceValue:
+                return self._enqueue_values(name, kernel, values, static, shape, dtype)
+
+            return launch(name, compute, tuple(args), shape, dtype, self, 0.0, self._inline)
+        values = [a._value if type(a) is Tensor else a for a in args]
+        try:
+            value = self._enqueue_values(name, kernel, values, static, shape, dtype)
+        except Exception as exc:  # the failure belongs to the result, not the call
+            return Tensor._failed(Failure(name, user_line(), exc), shape, dtype, self, name)
+        return Tensor._ready(value, shape, dtype, self, name)
+
+    def _enqueue_values(
+        self,
+        name: str,
+        kernel: Callable[..., Any],
+        values: Sequence[Any],
+        static: dict[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+    ) -> DeviceValue:
+        if self._retired or self._retained:
+            self._tidy(_RELEASE_CHECKS)
+        stream = self._pick_stream(values)
+        waits = []
+        for v in values:
+            if type(v) is DeviceValue:
+                event = self._order_after(stream, v)
+                if event is not None:
+                    waits.append(event)
+        try:
+            return self._launch_on(stream, waits, name, kernel, values, static, shape, dtype)
+        except MemoryError:  # give back what can be given, then one retry
+            self._reclaim_all()
+            return self._launch_on(stream, waits, name, kernel, values, static, shape, dtype)
+
+    def _launch_on(
+        self,
+        stream: Stream,
+        waits: list[Event],
+        name: str,
+        kernel: Callable[..., Any],
+        values: Sequence[Any],
+        static: dict[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+    ) -> DeviceValue:
+        with stream.lock:
+            if waits:
+                self._wait_all(stream, waits)
+            native, handle = self._launch(stream.native, name, kernel, values, static, shape, dtype)
+            stream.enqueued += 1
+            return DeviceValue(self, stream, stream.enqueued, native, handle)
+
+    # -- memory lifetimes -----------------------------------------------------------
+    def _tidy(self, checks: int | None) -> None:
+        """Turn dropped values read on other streams into retained ones (events
+        recorded now on those streams), and release retained ones whose events
+        are done (the first ``checks`` of them; all if None)."""
+        retired = self._retired
+        while retired:
+            try:
+                native, handle, users = retired.popleft()
+            except IndexError:
+                break
+            events = []
+            for s in users:
+                with s.lock:
+                    events.append(self._record(s))
+            self._retained.append((events, (native, handle)))
+        retained = self._retained
+        for _ in range(len(retained) if checks is None else min(checks, len(retained))):
+            try:
+                entry = retained.popleft()
+            except IndexError:
+                break
+            if not all(self._event_done(e.native) for e in entry[0]):
+                retained.append(entry)
+
+    def _retain_until(self, event: Event, keep: Any) -> None:
+        """Keep ``keep`` alive until ``event`` is done (a staging buffer in a copy)."""
+        self._retained.append(([event], keep))
+
+    def _reclaim_all(self) -> None:
+        """Out of memory: wait for every retained value's streams, free them,
+        and let the device give back its caches, before one retry."""
+        self._tidy(None)
+        while self._retained:
+            try:
+                events, _ = self._retained.popleft()
+            except IndexError:
+                break
+            for e in events:
+                self._event_synchronize(e.native)
+        self._reclaim()
+
+    # -- transfers ------------------------------------------------------------------
+    def from_numpy(self, array: np.ndarray) -> DeviceValue:
+        """Enqueue an upload of ``array`` on the host-to-device stream."""
+        if self._retired or self._retained:
+            self._tidy(_RELEASE_CHECKS)
+        staged = self._stage(array)
+        try:
+            value = self._upload(staged)
+        except MemoryError:
+            self._reclaim_all()
+            value = self._upload(staged)
+        assert value.event is not None
+        self._retain_until(value.event, staged)
+        return value
+
+    def _upload(self, staged: Any) -> DeviceValue:
+        stream = self.h2d_stream
+        with stream.lock:
+            native, handle = self._copy_to_device(stream.native, staged)
+            stream.enqueued += 1
+            value = DeviceValue(self, stream, stream.enqueued, native, handle)
+            # Copies get their event now: a consumer must not wait for later copies.
+            value.event = self._record(stream)
+        return value
+
+    def _download(self, value: DeviceValue) -> tuple[Any, Event]:
+        """Enqueue a copy of ``value`` to the host: (staged data, its event)."""
+        stream = self.d2h_stream
+        event = self._order_after(stream, value)
+        with stream.lock:
+            if event is not None:
+                self._wait_all(stream, [event])
+            staged = self._copy_to_host(stream.native, value)
+            stream.enqueued += 1
+            done = self._record(stream)
+        return staged, done
+
+    def _read(self, value: DeviceValue, staged: Any, reading: str | None) -> np.ndarray:
+        failure = self._stream_failure(value)
+        if failure is not None:
+            raise failure.to_exception(reading)
+        return self._unstage(staged)
+
+    def to_numpy(self, native: Any) -> np.ndarray:
+        """Copy a value to the host and wait for it (blocks this thread)."""
+        value: DeviceValue = native
+        staged, event = self._download(value)
+        next(self._host_syncs)
+        self._event_synchronize(event.native)
+        return self._read(value, staged, None)
+
+    def transfer(self, tensor: Any, target: Device) -> Any:
+        """``tensor.to(target)`` where this device is the source or the target:
+        a tensor returned at once, whose copy runs on a copy stream."""
+        from ..ops.registry import launch
+        from ..tensor import Tensor
+
+        source = tensor.device
+        if source is not self:  # an upload; from another stream device, through the host
+            if isinstance(source, StreamDevice):
+                return source.transfer(tensor, _cpu()).to(self)
+            if tensor._state == ERROR:
+                return Tensor._failed(tensor._value, tensor.shape, tensor.dtype, self, "to")
+            upload: Callable[[Any], DeviceValue] = lambda data: self.from_numpy(np.asarray(data))  # noqa: E731
+            if tensor._state == READY:
+                try:
+                    value = upload(tensor._value)
+                except Exception as exc:
+                    return Tensor._failed(
+                        Failure("to", user_line(), exc), tensor.shape, tensor.dtype, self, "to"
+                    )
+                return Tensor._ready(value, tensor.shape, tensor.dtype, self, "to")
+            return launch(
+                "to", upload, (tensor,), tensor.shape, tensor.dtype, self, 0.0, self._inline
+            )
+        host = _cpu()
+        result = Tensor._pending(tensor.shape, tensor.dtype, host, "to")
+        site = user_line()
+
+        def start() -> None:
+            if tensor._state == ERROR:
+                result._complete(ERROR, tensor._value)
+                return
+            value: DeviceValue = tensor._value
+            try:
+                staged, event = self._download(value)
+            except Exception as exc:
+                result._complete(ERROR, Failure("to", site, exc))
+                return
+
+            def finish() -> tuple[int, Any]:
+                failure = self._stream_failure(value)
+                if failure is not None:
+                    return ERROR, failure
+                return READY, self._unstage(staged)
+
+            task = _Finish(result, 0.0, self._inline)
+            task.finish = finish
+            schedule(task, [self._completion(event)])
+
+        if tensor._state == PENDING:
+            task = _Start(AsyncValue(), 0.0, self._inline)
+            task.start = start
+            schedule(task, [tensor])
+        else:
+            start()
+        out = result if target is host else result.to(target)
+        return out
+
+    # -- the host learning of completion --------------------------------------------
+    def host_ready(self, value: DeviceValue) -> AsyncValue:
+        """An AsyncValue completed on the host once ``value``'s work is done."""
+        return self._completion(self._event_of(value))
+
+    def native_result(self, value: DeviceValue, reading: str | None = None) -> Any:
+        """``value``'s native array once its work is done (what ``await t`` gives);
+        raises the failure the stream found making it."""
+        failure = self._stream_failure(value)
+        if failure is not None:
+            raise failure.to_exception(reading)
+        return value.native
+
+    def _completion(self, event: Event) -> AsyncValue:
+        done = event.done
+        if done is not None:
+            return done
+        with self._lock:
+            done = event.done
+            if done is not None:
+                return done
+            done = event.done = AsyncValue()
+        next(self._host_syncs)
+        if self._event_done(event.native):
+            done._complete(READY, None)
+        elif self.completion == "watcher":
+            self._watch(event, done)
+        else:
+            self._notify(event, done)
+        return done
+
+    def _notify(self, event: Event, done: AsyncValue) -> None:
+        """The callback strategy: a notify stream waits for the event, then a
+        host callback hands ``done`` to the completer thread (a CUDA host
+        function must not call CUDA, and completing runs continuations that may)."""
+        completer = self._completer
+        if completer is None:
+            with self._lock:
+                completer = self._completer
+                if completer is None:
+                    completer = self._completer = queue.SimpleQueue()
+                    _start_thread(f"eagerrt-{self.name}-completer", _complete_forever, completer)
+        notify = self._stream("notify", "notify")
+        with notify.lock:
+            self._wait_event(notify.native, event.native)
+            self._host_callback(notify.native, lambda: completer.put(done))
+
+    def _watch(self, event: Event, done: AsyncValue) -> None:
+        """The watcher strategy: a host thread blocks on the oldest watched
+        event, then polls the others."""
+        watched = self._watched
+        if watched is None:
+            with self._lock:
+                watched = self._watched
+                if watched is None:
+                    watched = self._watched = queue.SimpleQueue()
+                    _start_thread(f"eagerrt-{self.name}-watcher", self._watch_forever, watched)
+        watched.put((event, done))
+
+    def _watch_forever(self, watched: queue.SimpleQueue[tuple[Event, AsyncValue]]) -> None:
+        pending: list[tuple[Event, AsyncValue]] = []
+        while True:
+            if not pending:
+                pending.append(watched.get())
+            while True:
+                try:
+                    pending.append(watched.get_nowait())
+                except queue.Empty:
+                    break
+            self._event_synchronize(pending[0][0].native)
+            still = []
+            for event, done in pending:
+                if self._event_done(event.native):
+                    done._complete(READY, None)
+                else:
+                    still.append((event, done))
+            pending = still
+
+    def synchronize(self) -> None:
+        """Block until all work enqueued on this device so far is done."""
+        for stream in list(self._streams.values()):
+            with stream.lock:
+                event = self._record(stream)
+            next(self._host_syncs)
+            self._event_synchronize(event.native)
+        self._tidy(None)
+
+
+def _complete_forever(completer: queue.SimpleQueue[AsyncValue]) -> None:
+    while True:
+        completer.get()._complete(READY, None)
+
+
+def _start_thread(name: str, target: Callable[..., None], *args: Any) -> None:
+    threading.Thread(target=target, args=args, name=name, daemon=True).start()
+
+
+def _cpu() -> Device:
+    from .cpu import cpu
+
+    return cpu

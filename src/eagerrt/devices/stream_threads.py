@@ -1,0 +1,325 @@
+"""The test stream device: host threads stand in for streams.
+
+``teststream:N`` implements :class:`~eagerrt.devices.stream.StreamDevice`'s
+primitives on the CPU, so every rule about streams, events, copies and memory
+lifetimes runs in CI without a GPU:
+
+* each stream is a host thread draining a FIFO queue;
+* an event is a marker put on a stream's queue, done once the thread reaches it;
+  a wait is a queue item that blocks the thread on another stream's marker;
+* kernels are the CPU's (numpy and numba), run on the stream threads; each
+  result is written into memory from a pool with per-stream free lists, taken
+  when the work is *enqueued* (as CuPy does), and the work sees its operands
+  through views that do not keep that memory alive (as a GPU kernel sees
+  pointers): a missing wait or a too-early reuse shows up as wrong data;
+* ``delay=`` sleeps a random time (seeded) before each item, to flush out
+  missing waits; ``timeline`` records when each kernel and copy ran.
+
+>>> import eagerrt as ert
+>>> from eagerrt.devices.stream_threads import ThreadStreamDevice
+>>> dev = ThreadStreamDevice("teststream:doc", delay=0.001)
+>>> a = ert.asarray([1.0, 2.0], device=dev)
+>>> with dev.stream(1):
+...     b = a + 1          # stream 1 waits for the upload, on the device side
+>>> b.numpy()
+array([2., 3.])
+>>> dev.shutdown()
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import itertools
+import logging
+import queue
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._core.errors import Failure, user_line
+from .stream import DeviceMemoryError, DeviceValue, StreamDevice
+
+__all__ = ["HostBlockPool", "ThreadStreamDevice"]
+
+_log = logging.getLogger("eagerrt")
+_STOP = object()
+#: Pool blocks are multiples of this many bytes.
+_BLOCK_ALIGN = 256
+
+
+class _ThreadStream:
+    """A host thread running queued callables in order."""
+
+    def __init__(self, device: ThreadStreamDevice, name: str, seed: int) -> None:
+        self.device = device
+        self.name = name
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.rng = random.Random(seed)
+        self.thread = threading.Thread(
+            target=self._run, name=f"eagerrt-{device.name}-{name}", daemon=True
+        )
+        self.thread.start()
+
+    def put(self, label: str | None, work: Callable[[], object]) -> None:
+        """Queue ``work``; a labelled item is a kernel or copy (delayed, timed)."""
+        self.queue.put((label, work))
+
+    def _run(self) -> None:
+        device = self.device
+        while True:
+            item = self.queue.get()
+            if item is _STOP:
+                return
+            label, work = item
+            if label is not None and device.delay:
+                time.sleep(self.rng.uniform(0.0, device.delay))
+            start = time.perf_counter()
+            try:
+                work()
+            except BaseException:  # an item must never kill its stream
+                _log.exception("eagerrt: work on %s raised", self.name)
+            if label is not None and device.timeline is not None:
+                device.timeline.append((self.name, label, start, time.perf_counter()))
+
+
+class _Cell:
+    """What stream-side work sees of a value: a view that does not keep its
+    memory alive, and the failure found making it."""
+
+    __slots__ = ("failure", "raw")
+
+    def __init__(self, raw: np.ndarray) -> None:
+        self.raw = raw
+        self.failure: Failure | None = None
+
+
+class _Block:
+    __slots__ = ("home", "raw", "released", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.raw = np.empty(size, np.uint8)
+        self.home: _ThreadStream | None = None
+        self.released: threading.Event | None = None
+
+
+class HostBlockPool:
+    """Device memory for the test device: blocks with per-stream free lists.
+
+    A block whose last owning array died goes back to the pool with a marker
+    recorded on the stream it was allocated on. The same stream reuses it at
+    once (stream order puts the new work after the old); another stream only
+    once the marker is done. ``limit`` caps the bytes held (None: no cap).
+    """
+
+    def __init__(self, device: ThreadStreamDevice, limit: int | None) -> None:
+        self.device = device
+        self.limit = limit
+        self.held = 0
+        self.reused_same_stream = 0
+        self.reused_other_stream = 0
+        self._free: list[_Block] = []
+        self._released: collections.deque[_Block] = collections.deque()
+        self._lock = threading.Lock()
+
+    def allocate(
+        self, stream: _ThreadStream, shape: tuple[int, ...], dtype: np.dtype[Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(owning, raw)`` views of a new block: the block returns to the pool
+        when every view of ``owning`` is gone; ``raw`` never keeps it."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = max(_BLOCK_ALIGN, -(-nbytes // _BLOCK_ALIGN) * _BLOCK_ALIGN)
+        with self._lock:
+            block = self._take(stream, size)
+        keeper = (ctypes.c_ubyte * size).from_buffer(block.raw)  # type: ignore[arg-type]
+        weakref.finalize(keeper, self._released.append, block)
+        owning = np.frombuffer(keeper, np.uint8)[:nbytes]  # type: ignore[call-overload]
+        owning = owning.view(dtype).reshape(shape)
+        owning.flags.writeable = False  # handed to users: they read, kernels write
+        raw = block.raw[:nbytes].view(dtype).reshape(shape)
+        return owning, raw
+
+    def _take(self, stream: _ThreadStream, size: int) -> _Block:
+        while self._released:
+            block = self._released.popleft()
+            assert block.home is not None
+            block.released = self.device._marker(block.home)
+            self._free.append(block)
+        for i, block in enumerate(self._free):
+            if block.size != size:
+                continue
+            if block.home is stream:
+                self.reused_same_stream += 1
+            elif block.released is not None and block.released.is_set():
+                self.reused_other_stream += 1
+            else:
+                continue
+            del self._free[i]
+            block.home = stream
+            return block
+        if self.limit is not None and self.held + size > self.limit:
+            self._trim()
+            if self.held + size > self.limit:
+                raise DeviceMemoryError(
+                    f"{self.device.name} is out of memory: {size} bytes asked for, "
+                    f"{self.held} of {self.limit} held"
+                )
+        block = _Block(size)
+        block.home = stream
+        self.held += size
+        return block
+
+    def _trim(self) -> None:
+        """Drop free blocks no stream can still be reading (their marker is done)."""
+        keep = []
+        for block in self._free:
+            if block.released is not None and block.released.is_set():
+                self.held -= block.size
+            else:
+                keep.append(block)
+        self._free = keep
+
+    def trim(self) -> None:
+        with self._lock:
+            self._trim()
+
+
+class ThreadStreamDevice(StreamDevice):
+    """A stream device whose streams are host threads (see the module docstring).
+
+    ``compute_streams`` compute streams; ``completion`` "callback" or "watcher";
+    ``delay`` the most seconds to sleep before each kernel or copy (random,
+    from ``seed``); ``memory_limit`` bytes of device memory (None: unlimited);
+    ``timeline=True`` records ``(stream, label, start, end)`` of each kernel and
+    copy in ``self.timeline``.
+    """
+
+    kernel_name = "cpu"
+
+    def __init__(
+        self,
+        name: str = "teststream:0",
+        *,
+        compute_streams: int = 2,
+        completion: str = "callback",
+        delay: float = 0.0,
+        seed: int = 0,
+        memory_limit: int | None = None,
+        timeline: bool = False,
+    ) -> None:
+        super().__init__(name, compute_streams=compute_streams, completion=completion)
+        self.delay = delay
+        self.pool = HostBlockPool(self, memory_limit)
+        self.timeline: list[tuple[str, str, float, float]] | None = [] if timeline else None
+        self._seeds = itertools.count(seed * 1000)
+        self._threads: list[_ThreadStream] = []
+
+    # -- primitives ---------------------------------------------------------------
+    def _new_stream(self, kind: str) -> _ThreadStream:
+        stream = _ThreadStream(self, f"{kind}{len(self._threads)}", next(self._seeds))
+        self._threads.append(stream)
+        return stream
+
+    def _marker(self, stream: _ThreadStream) -> threading.Event:
+        marker = threading.Event()
+        stream.put(None, marker.set)
+        return marker
+
+    def _record_event(self, stream: _ThreadStream) -> threading.Event:
+        return self._marker(stream)
+
+    def _wait_event(self, stream: _ThreadStream, event: threading.Event) -> None:
+        stream.put(None, event.wait)
+
+    def _event_done(self, event: threading.Event) -> bool:
+        return event.is_set()
+
+    def _event_synchronize(self, event: threading.Event) -> None:
+        event.wait()
+
+    def _host_callback(self, stream: _ThreadStream, callback: Callable[[], None]) -> None:
+        stream.put(None, callback)
+
+    def _launch(
+        self,
+        stream: _ThreadStream,
+        name: str,
+        kernel: Callable[..., Any],
+        values: Sequence[Any],
+        static: dict[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+    ) -> tuple[np.ndarray, _Cell]:
+        owning, raw = self.pool.allocate(stream, shape, dtype)
+        out = _Cell(raw)
+        operands = [v.handle if type(v) is DeviceValue else v for v in values]
+        site = user_line()
+
+        def work() -> None:
+            arrays = []
+            for a in operands:
+                if type(a) is _Cell:
+                    if a.failure is not None:
+                        out.failure = a.failure
+                        return
+                    a = a.raw
+                arrays.append(a)
+            try:
+                result = np.asarray(kernel(*arrays, **static))
+                if result.shape != shape or result.dtype != dtype:
+                    raise RuntimeError(
+                        f"kernel of {name!r} gave {result.dtype}{list(result.shape)}, "
+                        f"expected {dtype}{list(shape)}"
+                    )
+                np.copyto(out.raw, result)
+            except Exception as exc:
+                out.failure = Failure(name, site, exc)
+
+        stream.put(name, work)
+        return owning, out
+
+    def _stage(self, array: np.ndarray) -> np.ndarray:
+        return np.array(array, copy=True, order="C")
+
+    def _copy_to_device(
+        self, stream: _ThreadStream, staged: np.ndarray
+    ) -> tuple[np.ndarray, _Cell]:
+        owning, raw = self.pool.allocate(stream, staged.shape, staged.dtype)
+        cell = _Cell(raw)
+        stream.put("upload", lambda: np.copyto(raw, staged))
+        return owning, cell
+
+    def _copy_to_host(self, stream: _ThreadStream, value: DeviceValue) -> np.ndarray:
+        cell: _Cell = value.handle
+        host = np.empty(cell.raw.shape, cell.raw.dtype)
+
+        def work() -> None:
+            if cell.failure is None:
+                np.copyto(host, cell.raw)
+
+        stream.put("download", work)
+        return host
+
+    def _unstage(self, staged: np.ndarray) -> np.ndarray:
+        return staged
+
+    def _stream_failure(self, value: DeviceValue) -> Failure | None:
+        cell: _Cell = value.handle
+        return cell.failure
+
+    def _reclaim(self) -> None:
+        self.pool.trim()
+
+    # -- lifetime -------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop the stream threads once their queued work is done."""
+        for stream in self._threads:
+            stream.queue.put(_STOP)
+        for stream in self._threads:
+            stream.thread.join()

@@ -1,0 +1,75 @@
+"""Running a graph op by op: compiled functions on devices other than the CPU.
+
+The CPU's plans generate Python over numpy buffers and fuse into numba kernels;
+neither applies to a stream device, whose ops enqueue work and return at once.
+There a compiled function keeps the device-neutral rewrites (dead code, common
+subexpressions) and calls each remaining op like an eager call: the device's
+own ordering (streams, events) does the rest.
+
+>>> import numpy as np, eagerrt as ert
+>>> dev = ert.get_device("teststream:0")
+>>> W = ert.asarray(np.eye(2) * 3, device=dev)
+>>> f = ert.function(lambda x: ert.relu(x @ W) + 1)
+>>> f(ert.asarray(np.ones((1, 2)), device=dev)).numpy()
+array([[4., 4.]])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..tensor import Tensor
+from .ir import Graph, Value
+from .passes import cse, dce
+
+__all__ = ["OpByOpPlan", "runs_op_by_op"]
+
+
+def runs_op_by_op(graph: Graph) -> bool:
+    """Whether any value of ``graph`` lives on a device other than the CPU."""
+    values = [*graph.inputs, *graph.outputs, *graph.constants()]
+    values += [v for node in graph.nodes for v in node.outputs]
+    return any(getattr(v.device, "name", "cpu") != "cpu" for v in values)
+
+
+class OpByOpPlan:
+    """A graph run by calling its ops on tensors, in order."""
+
+    #: run_plan hands these to :meth:`run` (the CPU's plans run generated code).
+    op_by_op = True
+
+    def __init__(self, graph: Graph) -> None:
+        dce.run(graph)
+        cse.run(graph)
+        dce.run(graph)
+        graph.note(
+            "op by op", f"{len(graph.nodes)} ops, run as eager calls on {self._device(graph)}"
+        )
+        self.graph = graph
+        self.outputs = graph.outputs
+
+    @staticmethod
+    def _device(graph: Graph) -> str:
+        for v in [*graph.inputs, *graph.outputs]:
+            return str(v.device)
+        return "cpu"
+
+    def run(self, inputs: list[Tensor]) -> list[Tensor]:
+        graph = self.graph
+        env: dict[int, Any] = {v.id: t for v, t in zip(graph.inputs, inputs, strict=True)}
+
+        def get(a: Any) -> Any:
+            if type(a) is not Value:
+                return a  # a weak Python scalar
+            if a.const is not None:
+                return a.const
+            return env[a.id]
+
+        for node in graph.nodes:
+            out = node.op(*[get(a) for a in node.inputs], **node.static)
+            if len(node.outputs) == 1:
+                env[node.outputs[0].id] = out
+            else:
+                for v, t in zip(node.outputs, out, strict=True):
+                    env[v.id] = t
+        return [get(v) for v in graph.outputs]
