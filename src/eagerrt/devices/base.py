@@ -30,6 +30,9 @@ class Device:
     #: The name its ops' kernels are registered under (None: ``name``), so
     #: ``cuda:0`` and ``cuda:1`` share the "cuda" kernels.
     kernel_name: str | None = None
+    #: A module (in the ops layer) registering this device's kernels, imported
+    #: when the device first looks up a kernel.
+    kernel_module: str | None = None
     #: Results are ready once their work is enqueued (a stream device, see
     #: :mod:`eagerrt.devices.stream`): ops call :meth:`enqueue`, and reading
     #: the data waits for the device.
@@ -50,14 +53,15 @@ class Device:
 
     def enqueue(
         self,
-        name: str,
+        op: Any,
         kernel: Any,
-        args: Any,
+        values: Any,
         static: dict[str, Any],
         shape: tuple[int, ...],
         dtype: np.dtype[Any],
     ) -> Any:
-        """Run an op on a device that :attr:`completes_at_enqueue`: its tensor."""
+        """Enqueue an op on a device that :attr:`completes_at_enqueue`: the
+        result's value, ready for the device's other ops at once."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

@@ -13,8 +13,8 @@ and this module maps its primitives onto CuPy's documented API:
 * copies: host data is staged in pinned memory (``cupyx.empty_pinned``) and
   copied with ``ndarray.set(..., stream=)`` / ``ndarray.get(stream=, out=,
   blocking=False)`` on the copy streams;
-* kernels: an op's "cuda" kernel if it has one (matmul through cuBLAS, conv2d as
-  im2col + matmul, the creation ops), else its generic numpy-API kernel, which
+* kernels: an op's "cuda" kernel if it has one (:mod:`eagerrt.ops.cuda_kernels`:
+  matmul through cuBLAS, conv2d as im2col + matmul, the creation ops), else its generic numpy-API kernel, which
   runs on cupy arrays through numpy's dispatch (``__array_ufunc__``,
   ``__array_function__``); a generic kernel that can't (it needs host arrays)
   runs on the host instead, counted in ``host_fallbacks``;
@@ -30,7 +30,6 @@ saying what to do. Not yet run on a GPU: see the README.
 from __future__ import annotations
 
 import collections
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,9 +41,6 @@ from .stream import DeviceMemoryError, DeviceValue, StreamDevice
 __all__ = ["INSTALL_HINT", "CudaDevice", "cuda_device"]
 
 INSTALL_HINT = "pip install 'eagerrt[cuda12]' (CUDA 12) or 'eagerrt[cuda13]' (CUDA 13)"
-
-_kernels_lock = threading.Lock()
-_kernels_registered = False
 
 
 def _import_cupy() -> Any:
@@ -73,7 +69,6 @@ def cuda_device(index: int) -> CudaDevice:
         )
     if index >= count:
         raise DeviceError(f"cuda:{index} asked for, but only cuda:0..cuda:{count - 1} are visible")
-    _register_kernels(cupy)
     return CudaDevice(index, cupy)
 
 
@@ -86,6 +81,7 @@ class CudaDevice(StreamDevice):
     """
 
     kernel_name = "cuda"
+    kernel_module = "eagerrt.ops.cuda_kernels"
 
     def __init__(
         self, index: int, cupy: Any, *, compute_streams: int = 1, completion: str = "callback"
@@ -124,7 +120,7 @@ class CudaDevice(StreamDevice):
     def _launch(
         self,
         stream: Any,
-        name: str,
+        op: Any,
         kernel: Callable[..., Any],
         values: Sequence[Any],
         static: dict[str, Any],
@@ -141,26 +137,25 @@ class CudaDevice(StreamDevice):
             except MemoryError:
                 raise
             except Exception:
-                out = self._on_host(name, args, static)
+                out = self._on_host(op, args, static)
             if type(out) is not cp.ndarray:
                 out = cp.asarray(out)
         if out.shape != shape or out.dtype != dtype:
             raise RuntimeError(
-                f"the cuda kernel of {name!r} gave {out.dtype}{list(out.shape)}, "
+                f"the cuda kernel of {op.name!r} gave {out.dtype}{list(out.shape)}, "
                 f"expected {dtype}{list(shape)}"
             )
         return out, None
 
-    def _on_host(self, name: str, args: list[Any], static: dict[str, Any]) -> Any:
+    def _on_host(self, op: Any, args: list[Any], static: dict[str, Any]) -> Any:
         """Run the op's CPU kernel on host copies (a generic kernel refused cupy
         arrays); its failure there is the op's failure."""
-        from ..ops.registry import get_op
         from .cpu import cpu
 
         cp = self._cp
-        kernel = get_op(name)._kernel_for(cpu)
+        kernel = op._kernel_for(cpu)
         host = [cp.asnumpy(a) if type(a) is cp.ndarray else a for a in args]
-        self.host_fallbacks[name] += 1
+        self.host_fallbacks[op.name] += 1
         return cp.asarray(kernel(*host, **static))
 
     def _stage(self, array: np.ndarray) -> Any:
@@ -199,79 +194,3 @@ class CudaDevice(StreamDevice):
     def _reclaim(self) -> None:
         with self._device:
             self._cp.get_default_memory_pool().free_all_blocks()
-
-
-# -- kernels the generic (numpy-API) ones can't be on cupy arrays -----------------
-def _register_kernels(cp: Any) -> None:
-    """Give ops their cuda kernels (once, on the first cuda device)."""
-    global _kernels_registered
-    with _kernels_lock:
-        if _kernels_registered:
-            return
-        from ..ops.registry import get_op
-
-        kernels: dict[str, Callable[..., Any]] = {
-            "matmul": cp.matmul,  # cuBLAS
-            "conv2d": _conv2d_kernel(cp),
-            "fill": _fill_kernel(cp),
-            "arange": lambda *, start, stop, step, dtype: cp.arange(start, stop, step, dtype=dtype),
-            "linspace": lambda *, start, stop, num, endpoint, dtype: cp.linspace(
-                start, stop, num, endpoint=endpoint, dtype=dtype
-            ),
-            "eye": lambda *, n, m, k, dtype: cp.eye(n, m, k, dtype=dtype),
-        }
-        for name, kernel in kernels.items():
-            get_op(name).register_kernel("cuda", kernel)
-        _kernels_registered = True
-
-
-def _fill_kernel(cp: Any) -> Callable[..., Any]:
-    def fill(*, shape: tuple[int, ...], dtype: Any, fill: Any = None) -> Any:
-        if fill is None:
-            return cp.empty(shape, dtype)
-        return cp.full(shape, fill, dtype)
-
-    return fill
-
-
-def _conv2d_kernel(cp: Any) -> Callable[..., Any]:
-    """conv2d as im2col (a strided view of the padded input) and one batched
-    matmul per group (cuBLAS)."""
-    from ..ops.nn import _conv_geometry
-
-    def conv2d(
-        x: Any,
-        weight: Any,
-        bias: Any = None,
-        *,
-        stride: Any = 1,
-        padding: Any = 0,
-        dilation: Any = 1,
-        groups: int = 1,
-    ) -> Any:
-        g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
-        x4 = x if x.ndim == 4 else x[None]
-        need_h = (g.ho - 1) * g.sh + g.dh * (g.kh - 1) + 1
-        need_w = (g.wo - 1) * g.sw + g.dw * (g.kw - 1) + 1
-        pads = (
-            (0, 0),
-            (0, 0),
-            (g.ph, max(0, need_h - g.h - g.ph)),
-            (g.pw, max(0, need_w - g.w - g.pw)),
-        )
-        xp = cp.ascontiguousarray(cp.pad(x4, pads)[:, :, :need_h, :need_w])
-        s0, s1, s2, s3 = xp.strides
-        cols = cp.lib.stride_tricks.as_strided(
-            xp,
-            shape=(g.n, g.c, g.kh, g.kw, g.ho, g.wo),
-            strides=(s0, s1, s2 * g.dh, s3 * g.dw, s2 * g.sh, s3 * g.sw),
-        )
-        cg, og = g.c // g.groups, g.o // g.groups
-        cols = cols.reshape(g.n, g.groups, cg * g.kh * g.kw, g.ho * g.wo)
-        wmat = weight.reshape(g.groups, og, cg * g.kh * g.kw)
-        out = cp.matmul(wmat[None], cols).reshape(g.n, g.o, g.ho, g.wo)
-        if bias is not None:
-            out += bias.reshape(-1, 1, 1)
-        return out if x.ndim == 4 else out[0]
-
-    return conv2d

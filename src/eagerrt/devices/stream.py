@@ -50,9 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core.async_value import ERROR, PENDING, READY, AsyncValue
-from .._core.errors import DeviceError, EagerError, Failure, user_line
-from .._core.scheduler import Task, schedule
+from .._core.async_value import READY, AsyncValue
+from .._core.errors import DeviceError, EagerError, Failure
 from .._core.workers import _count_value
 from .base import Device
 
@@ -159,32 +158,6 @@ class _InlineExecutor:
         return 0
 
 
-class _Finish(Task):
-    """Completes a host-side result once a host completion (an event) is done."""
-
-    __slots__ = ("finish",)
-
-    finish: Callable[[], tuple[int, Any]]
-
-    def run(self) -> None:
-        try:
-            state, value = self.finish()
-        except Exception as exc:
-            state, value = ERROR, Failure("to", None, exc)
-        self.result._complete(state, value)
-
-
-class _Start(Task):
-    """Starts a transfer once its source tensor is available."""
-
-    __slots__ = ("start",)
-
-    start: Callable[[], None]
-
-    def run(self) -> None:
-        self.start()
-
-
 class StreamDevice(Device):
     """Base of devices whose work runs on streams (see the module docstring).
 
@@ -255,15 +228,16 @@ class StreamDevice(Device):
     def _launch(
         self,
         stream: Any,
-        name: str,
+        op: Any,
         kernel: Callable[..., Any],
         values: Sequence[Any],
         static: dict[str, Any],
         shape: tuple[int, ...],
         dtype: np.dtype[Any],
     ) -> tuple[Any, Any]:
-        """Enqueue ``kernel`` on ``stream`` (operands are DeviceValues or Python
-        scalars); returns ``(native, handle)`` of the result, allocated now."""
+        """Enqueue ``kernel`` (of ``op``, an :class:`~eagerrt.ops.registry.Op`) on
+        ``stream`` (operands are DeviceValues or Python scalars); returns
+        ``(native, handle)`` of the result, allocated now."""
         raise NotImplementedError
 
     def _stage(self, array: np.ndarray) -> Any:
@@ -283,8 +257,9 @@ class StreamDevice(Device):
         """The data of a finished device-to-host copy as an ordinary numpy array."""
         raise NotImplementedError
 
-    def _stream_failure(self, value: DeviceValue) -> Failure | None:
-        """A failure the stream found while making ``value`` (after its event)."""
+    def stream_failure(self, value: DeviceValue) -> Failure | None:
+        """A failure the stream found while making ``value`` (known once its
+        event is done; None on devices whose failures all show at enqueue)."""
         return None
 
     def _reclaim(self) -> None:
@@ -382,39 +357,25 @@ class StreamDevice(Device):
     # -- enqueueing ops -----------------------------------------------------------
     def enqueue(
         self,
-        name: str,
+        op: Any,
         kernel: Callable[..., Any],
-        args: Sequence[Any],
+        values: Sequence[Any],
         static: dict[str, Any],
         shape: tuple[int, ...],
         dtype: np.dtype[Any],
-    ) -> Any:
-        """Run an op here: its result tensor, ready once the work is enqueued.
+    ) -> DeviceValue:
+        """Enqueue ``op``'s kernel on a stream: the result's value, ready for
+        other device ops at once (the op registry makes it a tensor).
 
-        Called by the op registry for every op on this device (operands are
-        tensors on this device or Python scalars, none failed or traced).
+        ``values`` are this device's DeviceValues or Python scalars; an
+        exception here (out of memory, a kernel refusing its operands at
+        launch) becomes the result's failure.
         """
-        from ..tensor import Tensor
-
-        if any(type(a) is Tensor and a._state == PENDING for a in args):
-            # An operand still comes from the host (an upload waiting for its
-            # data): enqueue on the thread that completes it.
-            from ..ops.registry import launch
-
-            def compute(*values: Any) -> DeviceValue:
-                return self._enqueue_values(name, kernel, values, static, shape, dtype)
-
-            return launch(name, compute, tuple(args), shape, dtype, self, 0.0, self._inline)
-        values = [a._value if type(a) is Tensor else a for a in args]
-        try:
-            value = self._enqueue_values(name, kernel, values, static, shape, dtype)
-        except Exception as exc:  # the failure belongs to the result, not the call
-            return Tensor._failed(Failure(name, user_line(), exc), shape, dtype, self, name)
-        return Tensor._ready(value, shape, dtype, self, name)
+        return self._enqueue_values(op, kernel, values, static, shape, dtype)
 
     def _enqueue_values(
         self,
-        name: str,
+        op: Any,
         kernel: Callable[..., Any],
         values: Sequence[Any],
         static: dict[str, Any],
@@ -431,16 +392,16 @@ class StreamDevice(Device):
                 if event is not None:
                     waits.append(event)
         try:
-            return self._launch_on(stream, waits, name, kernel, values, static, shape, dtype)
+            return self._launch_on(stream, waits, op, kernel, values, static, shape, dtype)
         except MemoryError:  # give back what can be given, then one retry
             self._reclaim_all()
-            return self._launch_on(stream, waits, name, kernel, values, static, shape, dtype)
+            return self._launch_on(stream, waits, op, kernel, values, static, shape, dtype)
 
     def _launch_on(
         self,
         stream: Stream,
         waits: list[Event],
-        name: str,
+        op: Any,
         kernel: Callable[..., Any],
         values: Sequence[Any],
         static: dict[str, Any],
@@ -450,7 +411,7 @@ class StreamDevice(Device):
         with stream.lock:
             if waits:
                 self._wait_all(stream, waits)
-            native, handle = self._launch(stream.native, name, kernel, values, static, shape, dtype)
+            native, handle = self._launch(stream.native, op, kernel, values, static, shape, dtype)
             stream.enqueued += 1
             return DeviceValue(self, stream, stream.enqueued, native, handle)
 
@@ -534,7 +495,7 @@ class StreamDevice(Device):
         return staged, done
 
     def _read(self, value: DeviceValue, staged: Any, reading: str | None) -> np.ndarray:
-        failure = self._stream_failure(value)
+        failure = self.stream_failure(value)
         if failure is not None:
             raise failure.to_exception(reading)
         return self._unstage(staged)
@@ -547,63 +508,12 @@ class StreamDevice(Device):
         self._event_synchronize(event.native)
         return self._read(value, staged, None)
 
-    def transfer(self, tensor: Any, target: Device) -> Any:
-        """``tensor.to(target)`` where this device is the source or the target:
-        a tensor returned at once, whose copy runs on a copy stream."""
-        from ..ops.registry import launch
-        from ..tensor import Tensor
-
-        source = tensor.device
-        if source is not self:  # an upload; from another stream device, through the host
-            if isinstance(source, StreamDevice):
-                return source.transfer(tensor, _cpu()).to(self)
-            if tensor._state == ERROR:
-                return Tensor._failed(tensor._value, tensor.shape, tensor.dtype, self, "to")
-            upload: Callable[[Any], DeviceValue] = lambda data: self.from_numpy(np.asarray(data))  # noqa: E731
-            if tensor._state == READY:
-                try:
-                    value = upload(tensor._value)
-                except Exception as exc:
-                    return Tensor._failed(
-                        Failure("to", user_line(), exc), tensor.shape, tensor.dtype, self, "to"
-                    )
-                return Tensor._ready(value, tensor.shape, tensor.dtype, self, "to")
-            return launch(
-                "to", upload, (tensor,), tensor.shape, tensor.dtype, self, 0.0, self._inline
-            )
-        host = _cpu()
-        result = Tensor._pending(tensor.shape, tensor.dtype, host, "to")
-        site = user_line()
-
-        def start() -> None:
-            if tensor._state == ERROR:
-                result._complete(ERROR, tensor._value)
-                return
-            value: DeviceValue = tensor._value
-            try:
-                staged, event = self._download(value)
-            except Exception as exc:
-                result._complete(ERROR, Failure("to", site, exc))
-                return
-
-            def finish() -> tuple[int, Any]:
-                failure = self._stream_failure(value)
-                if failure is not None:
-                    return ERROR, failure
-                return READY, self._unstage(staged)
-
-            task = _Finish(result, 0.0, self._inline)
-            task.finish = finish
-            schedule(task, [self._completion(event)])
-
-        if tensor._state == PENDING:
-            task = _Start(AsyncValue(), 0.0, self._inline)
-            task.start = start
-            schedule(task, [tensor])
-        else:
-            start()
-        out = result if target is host else result.to(target)
-        return out
+    def start_download(self, value: DeviceValue) -> tuple[AsyncValue, Callable[[], np.ndarray]]:
+        """Enqueue a copy of ``value`` to the host without waiting: an AsyncValue
+        completed once it is done, and a function giving the host array then
+        (check :meth:`stream_failure` first)."""
+        staged, event = self._download(value)
+        return self._completion(event), lambda: self._unstage(staged)
 
     # -- the host learning of completion --------------------------------------------
     def host_ready(self, value: DeviceValue) -> AsyncValue:
@@ -613,7 +523,7 @@ class StreamDevice(Device):
     def native_result(self, value: DeviceValue, reading: str | None = None) -> Any:
         """``value``'s native array once its work is done (what ``await t`` gives);
         raises the failure the stream found making it."""
-        failure = self._stream_failure(value)
+        failure = self.stream_failure(value)
         if failure is not None:
             raise failure.to_exception(reading)
         return value.native
@@ -700,9 +610,3 @@ def _complete_forever(completer: queue.SimpleQueue[AsyncValue]) -> None:
 
 def _start_thread(name: str, target: Callable[..., None], *args: Any) -> None:
     threading.Thread(target=target, args=args, name=name, daemon=True).start()
-
-
-def _cpu() -> Device:
-    from .cpu import cpu
-
-    return cpu

@@ -249,7 +249,7 @@ class ThreadStreamDevice(StreamDevice):
     def _launch(
         self,
         stream: _ThreadStream,
-        name: str,
+        op: Any,
         kernel: Callable[..., Any],
         values: Sequence[Any],
         static: dict[str, Any],
@@ -258,6 +258,7 @@ class ThreadStreamDevice(StreamDevice):
     ) -> tuple[np.ndarray, _Cell]:
         owning, raw = self.pool.allocate(stream, shape, dtype)
         out = _Cell(raw)
+        name = op.name
         operands = [v.handle if type(v) is DeviceValue else v for v in values]
         site = user_line()
 
@@ -309,7 +310,7 @@ class ThreadStreamDevice(StreamDevice):
     def _unstage(self, staged: np.ndarray) -> np.ndarray:
         return staged
 
-    def _stream_failure(self, value: DeviceValue) -> Failure | None:
+    def stream_failure(self, value: DeviceValue) -> Failure | None:
         cell: _Cell = value.handle
         return cell.failure
 

@@ -24,6 +24,7 @@ array([1., 4., 9.])
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 import time
@@ -237,6 +238,8 @@ class Op:
         self._last1 = self._last2 = None
 
     def _kernel_for(self, device: Device) -> Kernel:
+        if device.kernel_module is not None:  # the device's kernels, registered on first use
+            importlib.import_module(device.kernel_module)
         kernel = self.kernels.get(device.kernel_name or device.name)
         if kernel is None and device.generic_kernels:
             kernel = self.kernels.get(GENERIC)
@@ -456,7 +459,7 @@ class Op:
                     return _trace_recorder(self, args, static, shape, dtype, dev)
                 ready = False
         if dev.completes_at_enqueue:  # a stream device: ready once enqueued
-            return dev.enqueue(self.name, kernel, args, static, shape, dtype)
+            return self._enqueue(dev, kernel, args, static, shape, dtype, ready)
         cost = self.cost(shape, dtype, *args, **static)
         recording = profiling.active
         # While a profile records, no inline cache: every call comes here to be seen.
@@ -505,6 +508,36 @@ class Op:
             failed=result._state == ERROR,
         )
         return result
+
+    def _enqueue(
+        self,
+        dev: Device,
+        kernel: Kernel,
+        args: tuple[Any, ...],
+        static: dict[str, Any],
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        ready: bool,
+    ) -> Tensor:
+        """A stream device's op: its tensor is ready once the work is enqueued
+        (on the thread that completes the operands, if some are still pending)."""
+        if not ready:
+            return launch(
+                self.name,
+                lambda *values: dev.enqueue(self, kernel, values, static, shape, dtype),
+                args,
+                shape,
+                dtype,
+                dev,
+                0.0,
+                dev.executor,
+            )
+        values = [a._value if type(a) is Tensor else a for a in args]
+        try:
+            value = dev.enqueue(self, kernel, values, static, shape, dtype)
+        except Exception as exc:  # out of memory, a kernel refusing its operands
+            return self._failed(exc, shape, dtype, dev)
+        return Tensor._ready(value, shape, dtype, dev, self.name)
 
     def _launch(
         self,

@@ -19,6 +19,7 @@ from .indexing import index_tensor
 from .linalg import matmul, matrix_transpose
 from .manipulation import astype, reshape, transpose
 from .registry import Op, elementwise_cost, launch
+from .stream_transfers import download
 
 __all__: list[str] = []
 
@@ -131,10 +132,8 @@ def _to(self: Tensor, device: str | Device) -> Tensor:
     source = self.device
     if target is source:
         return self
-    if source.completes_at_enqueue:  # a stream device: its copy streams
-        return source.transfer(self, target)  # type: ignore[attr-defined]
-    if target.completes_at_enqueue:
-        return target.transfer(self, target)  # type: ignore[attr-defined]
+    if source.completes_at_enqueue:  # a stream device: its copy stream, not a worker
+        return download(self, target)
     return launch(
         "to",
         lambda value: target.from_numpy(source.to_numpy(value)),
