@@ -13,7 +13,7 @@ and this module maps its primitives onto CuPy's documented API:
 * copies: host data is staged in pinned memory (``cupyx.empty_pinned``) and
   copied with ``ndarray.set(..., stream=)`` / ``ndarray.get(stream=, out=,
   blocking=False)`` on the copy streams;
-* kernels: an op's "cuda" kernel if it has one (:mod:`eagerrt.ops.cuda_kernels`:
+* kernels: an op's "cuda" kernel if it has one (``eagerrt.ops.cuda_kernels``:
   matmul through cuBLAS, conv2d as im2col + matmul, the creation ops), else its generic numpy-API kernel, which
   runs on cupy arrays through numpy's dispatch (``__array_ufunc__``,
   ``__array_function__``); a generic kernel that can't (it needs host arrays)

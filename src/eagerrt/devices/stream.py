@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 
 from .._core.async_value import READY, AsyncValue
-from .._core.errors import DeviceError, EagerError, Failure
+from .._core.errors import DeviceError, EagerError
+from .._core.scheduler import Executor
 from .._core.workers import _count_value
 from .base import Device
 
@@ -257,9 +258,10 @@ class StreamDevice(Device):
         """The data of a finished device-to-host copy as an ordinary numpy array."""
         raise NotImplementedError
 
-    def stream_failure(self, value: DeviceValue) -> Failure | None:
-        """A failure the stream found while making ``value`` (known once its
-        event is done; None on devices whose failures all show at enqueue)."""
+    def stream_failure(self, value: DeviceValue) -> Any:
+        """The failure (``Failure``) the stream found while making ``value`` (known
+        once its event is done; None on devices whose failures all show at
+        enqueue)."""
         return None
 
     def _reclaim(self) -> None:
@@ -294,7 +296,9 @@ class StreamDevice(Device):
         return self._stream("d2h", "d2h")
 
     @property
-    def executor(self) -> _InlineExecutor:
+    def executor(self) -> Executor:
+        """Enqueueing runs inline: an op parked on a pending host operand
+        enqueues on the thread that completes it."""
         return self._inline
 
     @property

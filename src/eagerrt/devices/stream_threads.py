@@ -310,7 +310,7 @@ class ThreadStreamDevice(StreamDevice):
     def _unstage(self, staged: np.ndarray) -> np.ndarray:
         return staged
 
-    def stream_failure(self, value: DeviceValue) -> Failure | None:
+    def stream_failure(self, value: DeviceValue) -> Any:
         cell: _Cell = value.handle
         return cell.failure
 
