@@ -40,12 +40,15 @@ def _python_blocks(markdown: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", markdown, flags=re.S)
 
 
-def test_readme_python_blocks_run() -> None:
+def test_readme_python_blocks_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = _python_blocks((ROOT / "README.md").read_text())
+    monkeypatch.chdir(tmp_path)  # files the examples write (a trace, a picture) land here
     assert len(blocks) >= 2
     namespace: dict[str, object] = {}
     for block in blocks:
         exec(compile(textwrap.dedent(block), "README.md", "exec"), namespace)
+    assert (tmp_path / "trace.json").stat().st_size > 0  # the profiler's example
+    assert (tmp_path / "timeline.png").read_bytes()[:4] == b"\x89PNG"
     probabilities = namespace["probabilities"]
     assert isinstance(probabilities, np.ndarray) and probabilities.shape == (32, 10)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
