@@ -369,3 +369,26 @@ def test_stream_threads_stop_on_shutdown() -> None:
     assert not any(t.is_alive() for t in threads)
     assert threading.active_count() >= 1
     assert stream_threads.HostBlockPool is type(dev.pool)
+
+
+# -- every op ------------------------------------------------------------------------------
+def test_every_op_record_runs_on_the_test_device(make_device) -> None:
+    """The op table on stream threads, with random delays; a record that mixes in
+    numpy constants (made CPU tensors) gets the clear mixed-device error instead."""
+    from device_records import record_failures
+
+    failures = record_failures(make_device(delay=0.0002))
+    assert failures  # the table has records with numpy operands: they must say why
+    unexpected = [f for f in failures if "operands are on different devices" not in f]
+    assert not unexpected, "\n".join(unexpected)
+
+
+def test_stream_work_shows_in_the_profiler_on_its_own_tracks(make_device) -> None:
+    dev = make_device()
+    with ert.profile() as prof:
+        x = ert.asarray(np.ones(8), device=dev)
+        with dev.stream(1):
+            (x * 2).numpy()
+    tracks = {(e.name, e.track) for e in prof.events if e.device == dev.name}
+    assert any(n == "multiply" and t.startswith("compute") for n, t in tracks), tracks
+    assert any(n == "upload" and t.startswith("h2d") for n, t in tracks), tracks

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core import profiling
 from .._core.errors import Failure, user_line
 from .stream import DeviceMemoryError, DeviceValue, StreamDevice
 
@@ -79,13 +80,20 @@ class _ThreadStream:
             label, work = item
             if label is not None and device.delay:
                 time.sleep(self.rng.uniform(0.0, device.delay))
-            start = time.perf_counter()
+            start = time.perf_counter_ns()
             try:
                 work()
             except BaseException:  # an item must never kill its stream
                 _log.exception("eagerrt: work on %s raised", self.name)
-            if label is not None and device.timeline is not None:
-                device.timeline.append((self.name, label, start, time.perf_counter()))
+            if label is None:
+                continue
+            end = time.perf_counter_ns()
+            if device.timeline is not None:
+                device.timeline.append((self.name, label, start / 1e9, end / 1e9))
+            if profiling.active is not None:  # its own track in ert.profile()
+                profiling.record(
+                    label, device=device.name, track=self.name, start_ns=start, end_ns=end
+                )
 
 
 class _Cell:
