@@ -208,6 +208,26 @@ def test_graph_calls_record_a_call_and_its_steps() -> None:
     assert after.inputs == (call.id,)
 
 
+def test_a_graph_with_a_fused_matmul_epilogue_profiles_step_by_step() -> None:
+    # relu(x @ W + b) is one fused node whose inputs don't broadcast to its
+    # output: run step by step, its allocating kernel must use the node's shape.
+    rng = np.random.default_rng(0)
+    w = ert.asarray(rng.standard_normal((128, 64)).astype(np.float32))
+    b = ert.asarray(rng.standard_normal(64).astype(np.float32))
+    x = ert.asarray(rng.standard_normal((2, 128)).astype(np.float32))
+
+    @ert.function
+    def layer(x: ert.Tensor) -> ert.Tensor:
+        return ert.relu(x @ w + b)
+
+    expected = layer(x).numpy()
+    assert "fused[matmul,add,relu]" in layer.explain(x)
+    with ert.profile() as prof:
+        got = layer(x).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert [e.name for e in prof.events if e.kind == "step"] == ["fused[matmul,add,relu]"]
+
+
 def test_a_graph_spread_over_workers_records_steps_on_each() -> None:
     rng = np.random.default_rng(0)
     w = ert.asarray(rng.standard_normal((200, 200)).astype(np.float32) * 0.01)
