@@ -7,9 +7,11 @@ reader sees is always what this test just produced.
 
 from __future__ import annotations
 
+import base64
 import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 from typing import Any
@@ -104,6 +106,24 @@ def test_notebook_runs_in_a_jupyter_kernel(tmp_path: pathlib.Path) -> None:
     assert "compiled == eager: True" in compiled
     assert "ert.function compiled_model" in compiled
     assert "TracingError: Fix: use ert.where" in _texts(_code_cells_with(nb, "def branchy"))
+
+    # A profile: the summary's rows (four chains of heavy(), one compiled call and
+    # its steps), on the main thread and at least one worker, and its timeline picture.
+    summary = _texts(_code_cells_with(nb, "with ert.profile() as prof:"))
+    assert "probs: (256, 10)" in summary
+    header, rule, *rows, total = summary.split("op ", 1)[1].splitlines()
+    assert re.fullmatch(r"\s*kind +count +total ms +mean us +% wall +% inline", header)
+    assert set(rule) == {"-"}
+    counts = {(r.split()[0], r.split()[1]): int(r.split()[2]) for r in rows}
+    assert counts[("matmul", "op")] == counts[("tanh", "op")] == 8
+    assert counts[("mean", "op")] == 4
+    assert counts[("compiled_model", "graph")] == 1
+    assert counts[("fused[matmul,add,relu]", "step")] == 1
+    tracks = re.fullmatch(r"\d+ events on (\d+) track\(s\) in [\d.]+ ms wall", total)
+    assert tracks is not None and int(tracks.group(1)) >= 2, total
+    picture = _code_cells_with(nb, "prof.plot(")
+    pngs = [out.data["image/png"] for out in picture.outputs if "image/png" in out.get("data", {})]
+    assert len(pngs) == 1 and base64.b64decode(pngs[0]).startswith(b"\x89PNG")
 
 
 # IPython's own shell (not a kernel): its autoawait runs the cell on an asyncio
