@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import math
 
-from . import devices, fft, graph, linalg, lowlevel
+from . import devices, fft, graph, linalg, lowlevel, pipeline, serving
 from ._core.config import Config, config, sync_mode
 from ._core.deterministic import deterministic
 from ._core.errors import (
     ArgumentError,
+    BatchError,
     DeviceError,
     DTypeError,
     EagerError,
     KernelError,
     OutOfBoundsError,
+    PipelineError,
     ShapeError,
     TracingError,
     UsageError,
@@ -80,6 +82,7 @@ newaxis = None
 
 __all__ = [
     "ArgumentError",
+    "BatchError",
     "Config",
     "DTypeError",
     "Device",
@@ -88,6 +91,7 @@ __all__ = [
     "EagerErrorGroup",
     "KernelError",
     "OutOfBoundsError",
+    "PipelineError",
     "Profile",
     "ShapeError",
     "Stats",
@@ -115,8 +119,10 @@ __all__ = [
     "nan",
     "newaxis",
     "pi",
+    "pipeline",
     "profile",
     "register_device",
+    "serving",
     "stats",
     "sync_mode",
     "synchronize",

@@ -24,12 +24,14 @@ from .forking import renew_after_fork
 
 __all__ = [
     "ArgumentError",
+    "BatchError",
     "DTypeError",
     "DeviceError",
     "EagerError",
     "Failure",
     "KernelError",
     "OutOfBoundsError",
+    "PipelineError",
     "ShapeError",
     "TracingError",
     "SourceLine",
@@ -92,6 +94,29 @@ class KernelError(EagerError, RuntimeError):
     """
 
     kernel_traceback: traceback.StackSummary
+
+
+class PipelineError(EagerError, RuntimeError):
+    """A stage of an ``ert.pipeline`` failed: it names the stage and the item.
+
+    ``stage`` is the stage's name, ``index`` the failing item's position in the
+    pipeline's source (``None`` when the source itself failed), ``item`` the value
+    the stage was given; ``__cause__`` is the original exception.
+    """
+
+    def __init__(
+        self, message: str, *, stage: str, index: int | None = None, item: object = None
+    ) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.index = index
+        self.item = item
+
+
+class BatchError(EagerError, RuntimeError):
+    """A micro-batch could not be served (``ert.serving.MicroBatcher``): the model
+    failed on it (``__cause__`` is the model's exception; every caller in that
+    batch gets its own BatchError) or the batcher closed before it ran."""
 
 
 class WaitTimeoutError(EagerError, TimeoutError):
