@@ -479,3 +479,18 @@ def test_progress_without_tqdm_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "tqdm", None)  # what an absent package looks like
     with pytest.raises(ert.UsageError, match="pip install tqdm"):
         ert.pipeline.map(str, [1], progress=True)
+
+
+# -- the example ------------------------------------------------------------------------
+def test_pipeline_example_overlaps_and_matches_the_sequential_run() -> None:
+    import pathlib
+    import subprocess
+
+    example = pathlib.Path(__file__).resolve().parents[1] / "examples" / "pipeline.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=110, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "sequential run:" in out and "pipelined run:" in out and "overlap" in out
+    assert "files written: 48, results identical to the sequential run: True" in out

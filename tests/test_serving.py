@@ -310,3 +310,70 @@ def test_default_buckets_are_powers_of_two_and_the_maximum() -> None:
     assert ert.serving.pow2_buckets(1) == (1,)
     assert ert.serving.pow2_buckets(32) == (1, 2, 4, 8, 16, 32)
     assert ert.serving.pow2_buckets(12) == (1, 2, 4, 8, 12)
+
+
+# -- the example ------------------------------------------------------------------------
+def test_serve_example_answers_the_same_with_and_without_batching() -> None:
+    import pathlib
+    import subprocess
+    import sys
+
+    example = pathlib.Path(__file__).resolve().parents[1] / "examples" / "serve.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--requests", "400", "--clients", "16"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "batching off" in out and "batching on" in out and "p99 ms" in out
+    assert "errors: 0; same answers with and without batching: True" in out
+
+
+def test_serve_load_measures_a_running_server() -> None:
+    import pathlib
+    import subprocess
+    import sys
+    import threading
+
+    examples = pathlib.Path(__file__).resolve().parents[1] / "examples"
+    sys.path.insert(0, str(examples))
+    try:
+        import serve  # the example's server, run here on a thread
+    finally:
+        sys.path.remove(str(examples))
+    started = threading.Event()
+    running: list[Any] = []  # the server's loop, its stop event, its port
+
+    async def run_server() -> None:
+        import asyncio
+
+        server = await asyncio.start_server(
+            lambda r, w: serve.handle(serve.unbatched(), r, w), host="127.0.0.1", port=0
+        )
+        stop = asyncio.Event()
+        running.extend([asyncio.get_running_loop(), stop, server.sockets[0].getsockname()[1]])
+        started.set()
+        async with server:
+            await stop.wait()
+
+    thread = threading.Thread(target=lambda: __import__("asyncio").run(run_server()), daemon=True)
+    thread.start()
+    assert started.wait(30)
+    loop, stop, port = running
+    command = [sys.executable, str(examples / "serve_load.py"), "--port", str(port)]
+    try:
+        done = subprocess.run(
+            [*command, "--requests", "60", "--clients", "4"],
+            capture_output=True,
+            text=True,
+            timeout=110,
+            check=False,
+        )
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+    assert done.returncode == 0, done.stderr
+    assert "requests/s" in done.stdout and "0 errors" in done.stdout
