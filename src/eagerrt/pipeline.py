@@ -59,7 +59,7 @@ from ._core.bridge import wait_async
 from ._core.errors import ArgumentError, PipelineError, UsageError
 from .tensor import Tensor
 
-__all__ = ["PipelineError", "Stage", "StageStatistics", "map", "nbytes"]
+__all__ = ["PipelineError", "Results", "Stage", "StageStatistics", "map", "nbytes"]
 
 T = TypeVar("T")
 R = TypeVar("R")
