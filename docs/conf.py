@@ -44,6 +44,8 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(np|numpy|typing|collections|contextlib|asyncio|concurrent|threading|os)\..*"),
     (r"py:.*", r"(Any|Callable|Iterator|Generator|Sequence|Iterable|Mapping|T|Self)"),
     (r"py:.*", r"(trio|anyio|numba|cupy|torch|matplotlib|tqdm|aiohttp)(\..*)?"),
+    # Type variables of generic classes (Stage[R]): not documented objects.
+    (r"py:class", r"eagerrt\.[\w.]+\.[A-Z]"),
     # What Function.compiled_for returns: an internal plan, not part of the API.
     ("py:class", "eagerrt.graph.function.Compiled"),
 ]
