@@ -455,3 +455,106 @@ def test_asyncio_tasks_share_one_profile() -> None:
         return len(prof.events)
 
     assert asyncio.run(main()) == 4
+
+
+# -- writes ---------------------------------------------------------------------------
+def test_writes_are_recorded_with_lines_and_dependencies() -> None:
+    t = ert.zeros(4)
+    with ert.profile() as prof:
+        v = ert.ones(2) * 7  # value line
+        t[1:3] = v  # setitem line
+        t += 1  # iadd line
+        t[t > 2] = 0.0  # masked line
+        after = t * 2  # reader line
+    assert after.numpy().tolist() == [2.0, 0.0, 0.0, 2.0]
+    by_line = {e.source.lineno: e for e in prof.events if e.source is not None}  # type: ignore[union-attr]
+    value = by_line[_line_of("value line")]
+    setitem = by_line[_line_of("setitem line")]
+    assert (setitem.name, setitem.kind, setitem.inline) == ("setitem", "op", True)
+    assert setitem.inputs == (value.id,)  # t was made before the profile
+    iadd = next(e for e in prof.events if e.name == "__iadd__")
+    add = next(e for e in prof.events if e.name == "add")
+    assert iadd.source is not None and iadd.source.lineno == _line_of("iadd line")
+    assert add.inputs == (setitem.id,)  # t + 1 read the written version
+    assert iadd.inputs == (add.id, setitem.id)  # the value written, then the tensor
+    masked = [e for e in prof.events if e.source and e.source.lineno == _line_of("masked line")]
+    greater, masked_write = masked
+    assert greater.name == "greater" and greater.inputs == (iadd.id,)
+    assert masked_write.name == "setitem" and masked_write.inputs == (greater.id, iadd.id)
+    reader = by_line[_line_of("reader line")]
+    assert reader.inputs == (masked_write.id,)
+
+
+def test_a_write_waiting_for_its_tensor_is_recorded_when_it_runs(gate: Any) -> None:
+    heavy = _heavy("profiler_heavy_write")
+    g = gate()
+    with ert.profile() as prof:
+        y = heavy(g())
+        y[0] = 5.0  # pending write line
+        z = y + 1
+        threading.Timer(0.05, g.open).start()
+    assert z.is_ready()  # leaving the block waited for the write and its reader
+    assert z.numpy().tolist()[0] == 6.0
+    heavy_event, write, add = (
+        next(e for e in prof.events if e.name == n)
+        for n in ("profiler_heavy_write", "setitem", "add")
+    )
+    assert write.source is not None and write.source.lineno == _line_of("pending write line")
+    assert write.inputs == (heavy_event.id,)
+    assert write.start_ns >= heavy_event.end_ns and write.wait_ns > 0
+    assert add.inputs == (write.id,)
+
+
+def test_a_failing_write_is_marked() -> None:
+    t = ert.zeros(3)
+    with ert.profile() as prof, pytest.raises(ert.OutOfBoundsError):
+        t[ert.asarray(np.array([5]))] = 1.0
+    (write,) = [e for e in prof.events if e.name == "setitem"]
+    assert write.failed
+
+
+# -- control flow ---------------------------------------------------------------------
+def test_eager_cond_is_one_event_naming_its_branch_with_its_steps() -> None:
+    x = ert.asarray(np.array([3.0, 4.0]))
+
+    def scale(v: ert.Tensor) -> ert.Tensor:
+        return v / ert.linalg.vector_norm(v)  # branch line
+
+    with ert.profile() as prof:
+        pred = ert.linalg.vector_norm(x) > 1
+        y = ert.cond(pred, scale, lambda v: v, x)  # cond line
+        z = y * 2
+        w = ert.cond(~pred, scale, lambda v: v + 0, x)
+    assert z.numpy().tolist() == [1.2, 1.6] and w.numpy().tolist() == [3.0, 4.0]
+    first, second = (e for e in prof.events if e.name == "cond")
+    greater = next(e for e in prof.events if e.name == "greater")
+    assert first.kind == "op" and first.inline and first.inputs == (greater.id,)
+    assert first.source is not None and first.source.lineno == _line_of("cond line")
+    assert first.args == {"branch": "true", "function": "scale"}
+    assert second.args == {"branch": "false", "function": "<lambda>"}
+    steps = [e for e in prof.events if e.parent == first.id]
+    assert [s.name for s in steps] == ["linalg.vector_norm", "divide"]
+    assert all(s.kind == "step" and first.start_ns <= s.start_ns <= first.end_ns for s in steps)
+    assert steps[1].inputs == (steps[0].id,)
+    assert steps[1].source is not None and steps[1].source.lineno == _line_of("branch line")
+    (multiply,) = [e for e in prof.events if e.name == "multiply"]
+    assert multiply.inputs == (first.id,)
+
+
+def test_eager_while_loop_counts_its_iterations_even_on_a_worker(gate: Any) -> None:
+    heavy = _heavy("profiler_heavy_loop")
+    g = gate()
+    with ert.profile() as prof:
+        start = heavy(g())  # the loop parks on it, then runs as a task
+        n, _ = ert.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] * 2), (0, start))
+        threading.Timer(0.05, g.open).start()
+    assert int(n) == 4
+    loop = next(e for e in prof.events if e.name == "while_loop")
+    made = next(e for e in prof.events if e.name == "profiler_heavy_loop")
+    assert loop.args == {"iterations": 4} and not loop.failed
+    assert loop.inputs == (made.id,) and loop.start_ns >= made.end_ns and loop.wait_ns > 0
+    steps = Counter(e.name for e in prof.events if e.parent == loop.id)
+    assert steps == {"less": 5, "add": 4, "multiply": 4}
+    trace = prof.chrome_trace()["traceEvents"]
+    (slice_,) = [e for e in trace if e.get("name") == "while_loop" and e["ph"] == "X"]
+    assert slice_["args"]["iterations"] == 4

@@ -88,7 +88,7 @@ class Profile(profiling.Recording):
     @property
     def events(self) -> list[Event]:
         """The recorded events, by start time (a new list on each read)."""
-        return sorted(self._events, key=lambda e: (e.start_ns, e.id))
+        return sorted(self.recorded(), key=lambda e: (e.start_ns, e.id))
 
     @property
     def wall_ns(self) -> int:
@@ -106,7 +106,8 @@ class Profile(profiling.Recording):
         those of ops that overlapped on several threads.
         """
         rows: dict[tuple[str, str], list[int]] = {}  # (name, kind) -> [count, total, inline]
-        for e in self._events:
+        events = self.recorded()
+        for e in events:
             row = rows.setdefault((e.name, e.kind), [0, 0, 0])
             row[0] += 1
             row[1] += e.duration_ns
@@ -136,9 +137,9 @@ class Profile(profiling.Recording):
             for r in table
         ]
         lines.insert(1, "-" * len(lines[0]))
-        tracks = len({(e.device, e.track) for e in self._events})
+        tracks = len({(e.device, e.track) for e in events})
         lines.append(
-            f"{len(self._events)} events on {tracks} track(s) in {self.wall_ns / 1e6:.3f} ms wall"
+            f"{len(events)} events on {tracks} track(s) in {self.wall_ns / 1e6:.3f} ms wall"
         )
         return "\n".join(lines)
 
@@ -147,7 +148,7 @@ class Profile(profiling.Recording):
 
     def __repr__(self) -> str:
         state = "recording" if profiling.active is self else "done"
-        return f"<eagerrt Profile: {len(self._events)} events, {state}>"
+        return f"<eagerrt Profile: {len(self._log)} events, {state}>"
 
     def chrome_trace(self) -> dict[str, Any]:
         """The profile in the Chrome trace event format, as a JSON-ready dict
@@ -183,6 +184,8 @@ class Profile(profiling.Recording):
                 args["failed"] = True
             if e.parent is not None:
                 args["parent_id"] = e.parent
+            if e.args:
+                args.update(e.args)
             out.append(
                 {
                     "name": e.name,

@@ -137,12 +137,38 @@ class SourceLine(NamedTuple):
 def user_line(skip: int = 1) -> SourceLine | None:
     """The innermost calling frame that is not inside eagerrt itself."""
     frame: types.FrameType | None = sys._getframe(skip)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    code = frame.f_code
-    return SourceLine(code.co_filename, frame.f_lineno, code.co_name)
+    codes = _codes
+    while frame is not None:
+        code = frame.f_code
+        known = codes.get(id(code))
+        if known is None or known[0] is not code:
+            known = _learn(code)
+        if known[1] is None:  # one of ours: look further out
+            frame = frame.f_back
+            continue
+        lineno = frame.f_lineno
+        line = known[1].get(lineno)
+        if line is None:
+            line = known[1][lineno] = SourceLine(code.co_filename, lineno, code.co_name)
+        return line
+    return None
+
+
+# What user_line learned of each code object it walked through (it runs on
+# every op while profiling, and on every failure): by id, the code itself
+# (kept alive, so its id is not reused while it is here), and None if it is
+# eagerrt's own, else its SourceLines by line number (made once each).
+_codes: dict[int, tuple[types.CodeType, dict[int, SourceLine] | None]] = {}
+_MAX_CODES = 4096
+
+
+def _learn(code: types.CodeType) -> tuple[types.CodeType, dict[int, SourceLine] | None]:
+    if len(_codes) >= _MAX_CODES:  # code made on the fly (a notebook's cells): start over
+        _codes.clear()
+    lines: dict[int, SourceLine] | None = None if code.co_filename.startswith(_PACKAGE_DIR) else {}
+    known = (code, lines)
+    _codes[id(code)] = known
+    return known
 
 
 def trim_traceback(exc: BaseException) -> BaseException:

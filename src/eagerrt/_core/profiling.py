@@ -35,7 +35,7 @@ from typing import Any
 from .config import config
 from .errors import SourceLine, user_line
 
-__all__ = ["Event", "Recording", "active", "record"]
+__all__ = ["Event", "Recording", "active", "record", "track_name"]
 
 
 @dataclass(slots=True)
@@ -73,6 +73,9 @@ class Event:
     parent: int | None = None
     #: Whether its kernel raised.
     failed: bool = False
+    #: What else is known of it: ``{"branch": "true_fn"}`` for an ``ert.cond``,
+    #: ``{"iterations": 5}`` for an ``ert.while_loop`` (shown in the trace).
+    args: dict[str, Any] | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -87,49 +90,59 @@ class Event:
 class Recording:
     """What a profile collects while it is active; thread-safe.
 
-    ``events`` grows from any thread (a list append is atomic); ids come from
-    one counter, producers from one dict keyed by ``id(value)`` whose entry a
-    weak reference's callback drops when the value dies (so an id reused by a
-    later object never names a stale producer).
+    Work is logged from any thread as plain tuples in :class:`Event`'s field
+    order (a list append is atomic, and a tuple costs a tenth of an Event to
+    make); :meth:`recorded` turns them into Events when they are read. Ids come
+    from one counter, producers from one dict keyed by ``id(value)`` holding a
+    weak reference to the value (so an id reused by a later object never names
+    a stale producer).
     """
 
     def __init__(self) -> None:
-        self._events: list[Event] = []
+        self._log: list[Event | tuple[Any, ...]] = []
+        self._made: list[Event] = []
+        self._making = threading.Lock()
         self._ids = itertools.count(1)
-        self._producers: dict[int, _Producer] = {}
+        # id(value) -> (a weak reference to it, the event that made it). A dead
+        # value's entry stays until its id is reused (a callback dropping it
+        # would cost as much again): the reference tells a stale entry.
+        self._producers: dict[int, tuple[weakref.ref[Any], int]] = {}
         # Results of launched ops not finished yet, to wait for when stopping.
         self._in_flight: dict[int, Any] = {}
 
     def new_id(self) -> int:
         return next(self._ids)
 
+    def recorded(self) -> list[Event]:
+        """The events logged so far, in the order they were logged (the same
+        Event objects on every read; don't change the list)."""
+        with self._making:
+            made, log = self._made, self._log
+            for i in range(len(made), len(log)):
+                item = log[i]
+                made.append(item if isinstance(item, Event) else Event(*item))
+            return made
+
     def producers(self, values: Iterable[Any]) -> tuple[int, ...]:
         """The events that made these values (those made while recording)."""
         found: list[int] = []
-        producers = self._producers
+        get = self._producers.get
         for value in values:
-            ref = producers.get(id(value))
-            if ref is not None and ref() is value and ref.event_id not in found:
-                found.append(ref.event_id)
+            entry = get(id(value))
+            if entry is not None and entry[0]() is value and entry[1] not in found:
+                found.append(entry[1])
         return tuple(found)
 
     def produced(self, value: Any, event_id: int) -> None:
         """Remember that ``value`` was made by event ``event_id``."""
         try:
-            ref = _Producer(value, self._forget)
+            self._producers[id(value)] = (weakref.ref(value), event_id)
         except TypeError:  # not weakly referable (a plain array): can't be tracked
             return
-        ref.key = id(value)
-        ref.event_id = event_id
-        self._producers[ref.key] = ref
 
-    def _forget(self, ref: _Producer) -> None:
-        # The value died: drop its entry, unless a newer value took its id.
-        if self._producers.get(ref.key) is ref:
-            self._producers.pop(ref.key, None)
-
-    def add(self, event: Event) -> None:
-        self._events.append(event)
+    def add(self, event: Event | tuple[Any, ...]) -> None:
+        """Log one event: an Event, or a tuple of its fields in order."""
+        self._log.append(event)
 
     def record(
         self,
@@ -148,6 +161,7 @@ class Recording:
         parent: int | None = None,
         failed: bool = False,
         event_id: int | None = None,
+        args: dict[str, Any] | None = None,
     ) -> int:
         """Store one finished piece of work; returns its event id.
 
@@ -155,14 +169,14 @@ class Recording:
         the inputs' producers become its dependencies, and later readers of
         the outputs depend on it.
         """
-        eid = self.new_id() if event_id is None else event_id
-        self.add(
-            Event(
+        eid = next(self._ids) if event_id is None else event_id
+        self._log.append(
+            (
                 eid,
                 name,
                 kind,
                 device,
-                threading.current_thread().name if track is None else track,
+                track_name() if track is None else track,
                 start_ns if queued_ns is None else queued_ns,
                 start_ns,
                 end_ns,
@@ -171,11 +185,46 @@ class Recording:
                 self.producers(inputs),
                 parent,
                 failed,
+                args,
             )
         )
         for value in outputs:
             self.produced(value, eid)
         return eid
+
+    def ran(
+        self,
+        name: str,
+        device: str,
+        start_ns: int,
+        end_ns: int,
+        source: SourceLine | None,
+        inputs: Iterable[Any],
+        result: Any,
+        failed: bool,
+    ) -> None:
+        """:meth:`record` for the commonest case, an op run inline on this
+        thread (the hot path while profiling: positional, no defaults)."""
+        eid = next(self._ids)
+        self._log.append(
+            (
+                eid,
+                name,
+                "op",
+                device,
+                track_name(),
+                start_ns,
+                start_ns,
+                end_ns,
+                True,
+                source,
+                self.producers(inputs),
+                None,
+                failed,
+                None,
+            )
+        )
+        self.produced(result, eid)
 
     def launched(
         self,
@@ -189,30 +238,31 @@ class Recording:
     ) -> Callable[..., Any]:
         """``compute`` wrapped to record its run: for work called now that runs
         once its inputs are ready, here or on a worker."""
-        eid = self.new_id()
+        eid = next(self._ids)
         queued = time.perf_counter_ns()
         deps = self.producers(inputs)
         self.produced(result, eid)
-        self.expect(eid, result)
+        self._in_flight[eid] = result
         in_flight = self._in_flight
-        add = self.add
+        log = self._log
+        clock = time.perf_counter_ns
 
         def timed(*values: Any) -> Any:
-            start = time.perf_counter_ns()
+            start = clock()
             failed = True
             try:
                 out = compute(*values)
                 failed = False
                 return out
             finally:
-                end = time.perf_counter_ns()
-                add(
-                    Event(
+                end = clock()
+                log.append(
+                    (
                         eid,
                         name,
                         "op",
                         device,
-                        threading.current_thread().name,
+                        track_name(),
                         queued,
                         start,
                         end,
@@ -222,6 +272,7 @@ class Recording:
                         deps,
                         None,
                         failed,
+                        None,
                     )
                 )
                 in_flight.pop(eid, None)
@@ -241,12 +292,17 @@ class Recording:
         return list(self._in_flight.copy().values())
 
 
-class _Producer(weakref.ref[Any]):
-    """A weak reference to a value, naming the event that made it."""
+_thread = threading.local()
 
-    __slots__ = ("event_id", "key")
-    key: int
-    event_id: int
+
+def track_name() -> str:
+    """The calling thread's name, the track its work shows on (read once per
+    thread: ``current_thread()`` costs more than the rest of a record)."""
+    try:
+        name: str = _thread.name
+    except AttributeError:
+        name = _thread.name = threading.current_thread().name
+    return name
 
 
 #: The recording in progress, or None: the one check every hook makes.

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core import profiling
 from .._core.async_value import ERROR, PENDING, READY
 from .._core.config import config
 from .._core.errors import (
@@ -61,7 +62,7 @@ from .._core.errors import (
 from .._core.scheduler import Task, count_inline, schedule
 from ..ops.creation import asarray
 from ..tensor import TRACED, Tensor
-from . import pytree, tracing
+from . import pytree, recorded_control_flow, tracing
 from .cost_model import node_cost
 from .ir import Graph, Value
 from .passes import optimize
@@ -340,6 +341,10 @@ def _execute(plan: Plan, arrays: list[Any]) -> list[Any]:
     the line in the branch, this op's failure the line calling ``cond``.
     """
     try:
+        if recorded_control_flow.running:  # inside an eager call being recorded?
+            observed = recorded_control_flow.observing()
+            if observed is not None:
+                return observed.execute(plan, arrays)
         return plan.execute(arrays)
     except StepFailed as failed:
         error = failed.failure.to_exception()
@@ -429,9 +434,37 @@ def _emit(
     return _run_eagerly(op, args, static, types, site)
 
 
-def _call(op: ControlFlowOp, args: list[Tensor], static: dict[str, Any], n: int) -> list[Any]:
-    out = op.kernel(*[a._value for a in args], **static)
+def _call(
+    op: ControlFlowOp,
+    args: list[Tensor],
+    static: dict[str, Any],
+    n: int,
+    observed: recorded_control_flow.Observed | None = None,
+    inline: bool = True,
+) -> list[Any]:
+    def call() -> Any:
+        return op.kernel(*[a._value for a in args], **static)
+
+    out = call() if observed is None else observed.run(call, inline, _describe_runs(static))
     return [out] if n == 1 else list(out)
+
+
+def _describe_runs(static: dict[str, Any]) -> Any:
+    """For the profiler: which branch a cond took, how often a loop's body ran."""
+    branches, loop = static.get("branches"), static.get("loop")
+
+    def describe(runs: list[Plan]) -> dict[str, Any]:
+        if branches is not None:
+            taken = [sub for sub in (branches.true, branches.false) if sub._plan in runs]
+            if not taken:
+                return {}
+            which = "true" if taken[0] is branches.true else "false"
+            return {"branch": which, "function": taken[0].name}
+        assert loop is not None
+        body = loop.body._plan
+        return {"iterations": sum(plan is body for plan in runs)}
+
+    return describe
 
 
 def _run_eagerly(
@@ -453,20 +486,31 @@ def _run_eagerly(
             a.wait()
         return _run_eagerly(op, args, static, types, site)
     cost = op.cost((), None, *args, **static)
+    observed = None
+    if profiling.active is not None:
+        device = types[0].device.name
+        observed = recorded_control_flow.Observed(profiling.active, name, device, args, site)
     if not pending and cost <= config.inline_limit_ns:
         count_inline()
         try:
-            values = _call(op, args, static, len(types))
+            values = _call(op, args, static, len(types), observed)
         except Exception as exc:  # the failure belongs to the results, not the call
             failure = Failure(name, site, exc)
-            return [Tensor._failed(failure, t.shape, t.dtype, t.device, name) for t in types]
-        return [
-            Tensor._ready(v, t.shape, t.dtype, t.device, name)
-            for v, t in zip(values, types, strict=True)
-        ]
+            results = [Tensor._failed(failure, t.shape, t.dtype, t.device, name) for t in types]
+        else:
+            results = [
+                Tensor._ready(v, t.shape, t.dtype, t.device, name)
+                for v, t in zip(values, types, strict=True)
+            ]
+        if observed is not None:
+            observed.made(results, later=False)
+        return results
     results = [Tensor._pending(t.shape, t.dtype, t.device, name) for t in types]
+    if observed is not None:
+        observed.made(results, later=True)
     task = _ControlTask(results[0], cost, types[0].device.executor)
     task.op, task.args, task.static, task.results, task.site = op, args, static, results, site
+    task.observed = observed
     for a in args:  # a later write to an operand must wait for this read
         a._track_reader(task)
     schedule(task, pending)
@@ -476,21 +520,26 @@ def _run_eagerly(
 class _ControlTask(Task):
     """The op's run once its operands are ready: completes every result."""
 
-    __slots__ = ("args", "op", "results", "site", "static")
+    __slots__ = ("args", "observed", "op", "results", "site", "static")
 
     op: ControlFlowOp
     args: list[Tensor]
     static: dict[str, Any]
     results: list[Tensor]
     site: SourceLine | None
+    observed: recorded_control_flow.Observed | None
 
     def run(self) -> None:
         failed = next((a for a in self.args if a._state == ERROR), None)
         if failed is not None:
+            if self.observed is not None:
+                self.observed.recording.done(self.observed.event_id)
             self._complete_all(ERROR, failed._value)
             return
         try:
-            values = _call(self.op, self.args, self.static, len(self.results))
+            n = len(self.results)
+            inline = self.cost_ns <= config.inline_limit_ns  # where the scheduler ran it
+            values = _call(self.op, self.args, self.static, n, self.observed, inline)
         except BaseException as exc:
             # Even Ctrl-C or SystemExit must not leave the results pending forever.
             self._complete_all(ERROR, Failure(self.op.name, self.site, exc))

@@ -335,7 +335,7 @@ def _step_recorder(call: _Call, track: str, inline: bool) -> Any:
         eid = recording.new_id()
         deps = tuple(dict.fromkeys(made[v.id] for v in node.value_inputs() if v.id in made))
         recording.add(
-            profiling.Event(
+            (
                 eid,
                 node.name,
                 "step",
@@ -349,6 +349,7 @@ def _step_recorder(call: _Call, track: str, inline: bool) -> Any:
                 deps,
                 call.call_id,
                 failed,
+                None,
             )
         )
         for v in node.outputs:

@@ -392,6 +392,11 @@ class Op:
     def _call(self, args: tuple[Any, ...], device: Any, static: dict[str, Any]) -> Tensor:
         """The general path: conversions, the rule, then inline, park or offload."""
         generation = self._generation
+        recording = profiling.active
+        if recording is not None and not static and device is None:
+            recorded = self._recorded_hit(recording, args, generation)
+            if recorded is not None:
+                return recorded
         if static:
             args, static = self._operands_from_keywords(args, static)
         scalars_ok = self.weak_scalars
@@ -461,11 +466,15 @@ class Op:
         if dev.completes_at_enqueue:  # a stream device: ready once enqueued
             return self._enqueue(dev, kernel, args, static, shape, dtype, ready)
         cost = self.cost(shape, dtype, *args, **static)
-        recording = profiling.active
-        # While a profile records, no inline cache: every call comes here to be seen.
-        fast_ok = ready and recording is None and not static and device is None
+        # While a profile records, the fast path's cache stays off (it would skip
+        # the record): every call comes here, and _recorded_last does its job.
+        fast_ok = ready and not static and device is None
         if fast_ok and all(type(a) is Tensor for a in args):
-            self._remember_call(args, dev, shape, dtype, cost, kernel, generation)
+            if recording is None:
+                self._remember_call(args, dev, shape, dtype, cost, kernel, generation)
+            else:
+                sig = tuple((a.shape, a.dtype) for a in args)
+                self._recorded_last = (generation, sig, dev, shape, dtype, cost, kernel)
         if ready and cost <= config.inline_limit_ns:
             count_inline()
             if recording is not None:
@@ -476,6 +485,33 @@ class Op:
                 return self._failed(exc, shape, dtype, dev)
             return Tensor._ready(value, shape, dtype, dev, self.name)
         return self._launch(kernel, args, static, shape, dtype, dev, cost)
+
+    #: While a profile records: the last call's signature and what the rule,
+    #: the cost and the kernel lookup gave for it (the inline cache's job).
+    _recorded_last: tuple[Any, ...] | None = None
+
+    def _recorded_hit(
+        self, recording: profiling.Recording, args: tuple[Any, ...], generation: int
+    ) -> Tensor | None:
+        """While profiling, a ready call with the last recorded call's shapes,
+        dtypes and device runs (recorded) without the rule and cost; else None."""
+        last = self._recorded_last
+        if last is None or last[0] != generation or self.stateful:
+            return None
+        _, sig, dev, shape, dtype, cost, kernel = last
+        if len(args) != len(sig) or cost > config.inline_limit_ns:
+            return None
+        for a, (a_shape, a_dtype) in zip(args, sig, strict=True):
+            if (
+                type(a) is not Tensor
+                or a._state != READY
+                or a.device is not dev
+                or a.dtype is not a_dtype
+                or a.shape != a_shape
+            ):
+                return None
+        count_inline()
+        return self._run_recorded(recording, kernel, args, {}, shape, dtype, dev)
 
     def _run_recorded(
         self,
@@ -497,15 +533,8 @@ class Op:
         else:
             end = time.perf_counter_ns()
             result = Tensor._ready(value, shape, dtype, dev, self.name)
-        recording.record(
-            self.name,
-            device=dev.name,
-            start_ns=start,
-            end_ns=end,
-            source=user_line(),
-            inputs=args,
-            outputs=(result,),
-            failed=result._state == ERROR,
+        recording.ran(
+            self.name, dev.name, start, end, user_line(), args, result, result._state == ERROR
         )
         return result
 

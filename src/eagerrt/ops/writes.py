@@ -25,12 +25,14 @@ mutation of memory something else may still read.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from .._core import profiling
 from .._core.async_value import ERROR, PENDING, READY, AsyncValue, _transition_lock
 from .._core.config import config
 from .._core.errors import (
@@ -197,13 +199,20 @@ def write(
             t.wait()
     fits_inline = cost <= config.inline_limit_ns or config.sync_active
     if t._state == READY and not waits and not failed and fits_inline:
-        _write_now(t, name, kernel, value, operands, static)
+        if profiling.active is not None:
+            _write_now_recorded(profiling.active, t, name, kernel, value, operands, static)
+        else:
+            _write_now(t, name, kernel, value, operands, static)
         return
     task = _WriteTask(t, cost, t.device.executor)
     task.args = (t, value, *operands)
     task.compute = (lambda *v: kernel(*v, **static)) if static else kernel
     task.name = name
     task.site = user_line()
+    if profiling.active is not None:  # its event depends on the value and t's old version
+        task.compute = profiling.active.launched(
+            name, t.device.name, task.compute, (value, *operands, t), t, task.site, cost
+        )
     with _transition_lock:
         if t._state == PENDING:
             # The version before this write is still to come: its readers (the
@@ -275,6 +284,35 @@ def _write_now(
         raise call_error(ShapeError, name, (t,), static, str(exc)) from None
     t._value = new
     t._forget_host()
+
+
+def _write_now_recorded(
+    recording: profiling.Recording,
+    t: Tensor,
+    name: str,
+    kernel: Callable[..., Any],
+    value: Any,
+    operands: list[Tensor],
+    static: dict[str, Any],
+) -> None:
+    """:func:`_write_now`, recorded: its inputs are the value (and index
+    tensors) and ``t``'s old version; later readers of ``t`` depend on it."""
+    start = time.perf_counter_ns()
+    failed = True
+    try:
+        _write_now(t, name, kernel, value, operands, static)
+        failed = False
+    finally:
+        recording.record(
+            name,
+            device=t.device.name,
+            start_ns=start,
+            end_ns=time.perf_counter_ns(),
+            source=user_line(),
+            inputs=(value, *operands, t),
+            outputs=() if failed else (t,),
+            failed=failed,
+        )
 
 
 class _WriteTask(_KernelTask):
