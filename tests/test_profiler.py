@@ -284,8 +284,11 @@ def _check_trace_format(trace: dict[str, Any]) -> list[dict[str, Any]]:
         assert isinstance(e["tid"], int)
         ph = e["ph"]
         if ph == "M":
-            assert e["name"] in ("process_name", "thread_name")
-            assert isinstance(e["args"]["name"], str)
+            if e["name"] in ("process_name", "thread_name"):
+                assert isinstance(e["args"]["name"], str)
+            else:
+                assert e["name"] in ("process_sort_index", "thread_sort_index")
+                assert isinstance(e["args"]["sort_index"], int)
         elif ph == "X":
             assert isinstance(e["ts"], float) and isinstance(e["dur"], float) and e["dur"] >= 0
             assert isinstance(e["cat"], str) and isinstance(e["args"], dict)
@@ -558,3 +561,65 @@ def test_eager_while_loop_counts_its_iterations_even_on_a_worker(gate: Any) -> N
     trace = prof.chrome_trace()["traceEvents"]
     (slice_,) = [e for e in trace if e.get("name") == "while_loop" and e["ph"] == "X"]
     assert slice_["args"]["iterations"] == 4
+
+
+# -- stream devices -------------------------------------------------------------------
+def test_stream_device_ops_show_on_their_streams_with_dependencies(tmp_path: Path) -> None:
+    from eagerrt.devices.stream_threads import ThreadStreamDevice
+
+    dev = ThreadStreamDevice("teststream:7", compute_streams=1)
+    try:
+        x = ert.asarray(np.ones((4, 4), dtype="float32"), device=dev)
+        x.numpy()  # uploaded before the profile
+        with ert.profile() as prof:
+            y = (x @ x) + 1  # stream line
+            got = y.numpy()
+        assert got.tolist() == [[5.0] * 4] * 4
+        on_dev = [e for e in prof.events if e.device == "teststream:7"]
+        matmul, add = (next(e for e in on_dev if e.name == n) for n in ("matmul", "add"))
+        assert matmul.track.startswith("compute") and add.track == matmul.track
+        assert add.inputs == (matmul.id,) and matmul.inputs == ()
+        assert not matmul.inline and matmul.queued_ns <= matmul.start_ns
+        assert add.start_ns >= matmul.end_ns  # one stream: in order
+        for e in (matmul, add):
+            assert e.source is not None and e.source.lineno == _line_of("stream line")
+        download = next(e for e in on_dev if e.name == "download")
+        assert download.track.startswith("d2h")
+        trace = _check_trace_format(prof.chrome_trace())
+        processes = {e["args"]["name"]: e["pid"] for e in trace if e["name"] == "process_name"}
+        threads = {
+            e["args"]["name"]: (e["pid"], e["tid"]) for e in trace if e["name"] == "thread_name"
+        }
+        stream_track = threads[f"stream {matmul.track}"]
+        assert stream_track[0] == processes["teststream:7"]
+        flows = [e for e in trace if e["ph"] in ("s", "f")]
+        assert [(f["ph"], (f["pid"], f["tid"])) for f in flows] == [
+            ("s", stream_track),
+            ("f", stream_track),
+        ]
+    finally:
+        dev.shutdown()
+
+
+def test_a_stream_device_that_reports_nothing_still_shows_its_ops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    from eagerrt.devices import stream_threads
+
+    # A device that never asks for the launch (so never reports its work).
+    silent = types.SimpleNamespace(launching=lambda: None, record=profiling.record)
+    monkeypatch.setattr(stream_threads, "profiling", silent)
+    dev = stream_threads.ThreadStreamDevice("teststream:8", compute_streams=1)
+    try:
+        x = ert.asarray(np.ones(3), device=dev)
+        with ert.profile() as prof:
+            y = (x * 2) - 1  # silent line
+            assert y.numpy().tolist() == [1.0] * 3
+        multiply, subtract = (e for e in prof.events if e.name in ("multiply", "subtract"))
+        assert multiply.track == subtract.track == threading.current_thread().name
+        assert subtract.inputs == (multiply.id,) and multiply.inline
+        assert multiply.source is not None and multiply.source.lineno == _line_of("silent line")
+    finally:
+        dev.shutdown()

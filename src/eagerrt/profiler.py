@@ -158,14 +158,25 @@ class Profile(profiling.Recording):
         pids: dict[str, int] = {}
         tids: dict[tuple[str, str], int] = {}
         out: list[dict[str, Any]] = []
-        for e in events:
-            if e.device not in pids:
-                pids[e.device] = pid = len(pids) + 1
-                out.append(_meta("process_name", pid, 0, e.device))
-            key = (e.device, e.track)
-            if key not in tids:
-                tids[key] = tid = len(tids) + 1
-                out.append(_meta("thread_name", pids[e.device], tid, e.track))
+        streams = self.device_tracks
+        # The host first, then devices as they appear; in each, the main thread,
+        # the other threads, then the device's streams, each by name.
+        devices = sorted({e.device for e in events}, key=lambda d: d != "cpu")
+        for device in devices:
+            pids[device] = pid = len(pids) + 1
+            out.append(_meta("process_name", pid, 0, device))
+            out.append(_meta("process_sort_index", pid, 0, pid, "sort_index"))
+            tracks = sorted(
+                {e.track for e in events if e.device == device},
+                key=lambda t: ((device, t) in streams, *_track_order((device, t))[1:]),
+            )
+            for track in tracks:
+                tids[(device, track)] = tid = len(tids) + 1
+                label = track
+                if (device, track) in streams and "stream" not in track.lower():
+                    label = f"stream {track}"  # a device's own track: "stream compute0"
+                out.append(_meta("thread_name", pid, tid, label))
+                out.append(_meta("thread_sort_index", pid, tid, tid, "sort_index"))
 
         def us(ns: int) -> float:
             return (ns - origin) / 1e3
@@ -304,8 +315,8 @@ class Profile(profiling.Recording):
 _CONTAINERS = frozenset({"graph", "segment"})
 
 
-def _meta(what: str, pid: int, tid: int, name: str) -> dict[str, Any]:
-    return {"name": what, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+def _meta(what: str, pid: int, tid: int, value: Any, key: str = "name") -> dict[str, Any]:
+    return {"name": what, "ph": "M", "pid": pid, "tid": tid, "args": {key: value}}
 
 
 def _track_order(track: tuple[str, str]) -> tuple[str, bool, str]:

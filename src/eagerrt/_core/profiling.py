@@ -35,7 +35,7 @@ from typing import Any
 from .config import config
 from .errors import SourceLine, user_line
 
-__all__ = ["Event", "Recording", "active", "record", "track_name"]
+__all__ = ["Event", "Launch", "Recording", "active", "launching", "record", "track_name"]
 
 
 @dataclass(slots=True)
@@ -109,6 +109,8 @@ class Recording:
         self._producers: dict[int, tuple[weakref.ref[Any], int]] = {}
         # Results of launched ops not finished yet, to wait for when stopping.
         self._in_flight: dict[int, Any] = {}
+        #: (device, track) of the work devices reported themselves (streams).
+        self.device_tracks: set[tuple[str, str]] = set()
 
     def new_id(self) -> int:
         return next(self._ids)
@@ -204,27 +206,38 @@ class Recording:
         failed: bool,
     ) -> None:
         """:meth:`record` for the commonest case, an op run inline on this
-        thread (the hot path while profiling: positional, no defaults)."""
+        thread: the hot path while profiling, so :meth:`producers`,
+        :meth:`produced` and :func:`track_name` are written out here."""
         eid = next(self._ids)
+        producers = self._producers
+        deps: list[int] = []
+        for value in inputs:
+            entry = producers.get(id(value))
+            if entry is not None and entry[0]() is value and entry[1] not in deps:
+                deps.append(entry[1])
+        try:
+            track: str = _thread.name
+        except AttributeError:
+            track = track_name()
         self._log.append(
             (
                 eid,
                 name,
                 "op",
                 device,
-                track_name(),
+                track,
                 start_ns,
                 start_ns,
                 end_ns,
                 True,
                 source,
-                self.producers(inputs),
+                tuple(deps),
                 None,
                 failed,
                 None,
             )
         )
-        self.produced(result, eid)
+        producers[id(result)] = (weakref.ref(result), eid)  # a tensor: weakly referable
 
     def launched(
         self,
@@ -279,6 +292,18 @@ class Recording:
 
         return timed
 
+    def launch(
+        self, name: str, device: str, inputs: Iterable[Any], source: SourceLine | None
+    ) -> Launch:
+        """An op about to enqueue its work on a device's stream, on this
+        thread: the device may take it (:func:`launching`) and report the work
+        with it; else :meth:`Launch.launched` records the enqueue itself."""
+        launch = Launch(self, next(self._ids), self.producers(inputs), source)
+        launch.name, launch.device = name, device
+        launch.outer = getattr(_thread, "launch", None)
+        _thread.launch = launch
+        return launch
+
     def expect(self, event_id: int, result: Any) -> None:
         """Note work called now that will complete ``result`` (an AsyncValue)
         and record event ``event_id`` later, then call :meth:`done`."""
@@ -293,6 +318,91 @@ class Recording:
 
 
 _thread = threading.local()
+
+
+class Launch:
+    """Work being enqueued on a device while a profile records, with what its
+    event needs: an id taken now (its result's readers name it at once), the
+    dependencies, the user's line and the time it was called. A device passes
+    it to :func:`record` when it reports the work, from any thread."""
+
+    __slots__ = (
+        "deps",
+        "device",
+        "event_id",
+        "name",
+        "outer",
+        "queued_ns",
+        "recording",
+        "source",
+        "taken",
+    )
+
+    def __init__(
+        self,
+        recording: Recording,
+        event_id: int,
+        deps: tuple[int, ...],
+        source: SourceLine | None,
+    ) -> None:
+        self.recording = recording
+        self.event_id = event_id
+        self.deps = deps
+        self.source = source
+        self.queued_ns = time.perf_counter_ns()
+        self.taken = False
+        self.name = ""
+        self.device = ""
+        self.outer: Launch | None = None
+
+    def launched(self, result: Any, failed: bool) -> None:
+        """The op's enqueue returned ``result``: it names this launch's event.
+        If no device took the launch to report the work, the enqueue itself is
+        recorded (on this thread), so the op shows either way."""
+        _thread.launch = self.outer
+        recording = self.recording
+        if not self.taken or failed:
+            start = self.queued_ns
+            recording.add(
+                (
+                    self.event_id,
+                    self.name,
+                    "op",
+                    self.device,
+                    track_name(),
+                    start,
+                    start,
+                    time.perf_counter_ns(),
+                    True,
+                    self.source,
+                    self.deps,
+                    None,
+                    failed,
+                    None,
+                )
+            )
+        recording.produced(result, self.event_id)
+
+
+def launching() -> Launch | None:
+    """For a device enqueueing work on a stream: what to pass to
+    :func:`record` as ``launch=`` when it reports that work (None when no
+    profile records). Call it on the thread enqueueing the work: inside an op's
+    enqueue it is that op's launch (its event id, dependencies and line); for
+    other work (a copy) a new one with the user's line.
+
+    >>> from eagerrt._core import profiling
+    >>> profiling.launching() is None  # no profile recording
+    True
+    """
+    launch: Launch | None = getattr(_thread, "launch", None)
+    if launch is not None:
+        launch.taken = True
+        return launch
+    recording = active
+    if recording is None:
+        return None
+    return Launch(recording, recording.new_id(), (), user_line())
 
 
 def track_name() -> str:
@@ -346,15 +456,19 @@ def record(
     inputs: Iterable[Any] = (),
     outputs: Iterable[Any] = (),
     failed: bool = False,
+    launch: Launch | None = None,
 ) -> int | None:
     """Report work a device ran on its own track (a GPU stream, a DMA queue).
 
-    Does nothing and returns None when no profile is active; otherwise returns
-    the event's id. Times are ``time.perf_counter_ns()`` readings (convert a
-    device's own clock first). ``inputs``/``outputs`` are the tensors it read
-    and wrote, which link it to the ops around it. The source line is the
-    user's line calling now, so report from the thread that launched the work,
-    or pass the times later from anywhere (the line is then unknown).
+    Does nothing and returns None when no profile is active (nor ``launch``
+    given); otherwise returns the event's id. Times are
+    ``time.perf_counter_ns()`` readings (convert a device's own clock first).
+    ``inputs``/``outputs`` are the tensors it read and wrote, which link it to
+    the ops around it. ``launch`` is what :func:`launching` gave on the thread
+    that enqueued the work: with it, the work is the op's event (its id, its
+    dependencies, its line and call time), recorded into the profile that was
+    active then, from whichever thread reports it. Without it the line is the
+    user's line calling now (unknown off the launching thread).
 
     >>> import time, eagerrt as ert
     >>> from eagerrt._core import profiling
@@ -365,10 +479,36 @@ def record(
     >>> [(e.name, e.track, e.duration_ns) for e in prof.events]
     [('memcpy', 'copy engine', 1000)]
     """
-    recording = active
-    if recording is None:
+    if launch is not None:
+        recording = launch.recording
+        deps = tuple(dict.fromkeys(launch.deps + recording.producers(inputs)))
+        recording.device_tracks.add((device, track))
+        recording.add(
+            (
+                launch.event_id,
+                name,
+                kind,
+                device,
+                track,
+                launch.queued_ns if queued_ns is None else queued_ns,
+                start_ns,
+                end_ns,
+                inline,
+                launch.source,
+                deps,
+                None,
+                failed,
+                None,
+            )
+        )
+        for value in outputs:
+            recording.produced(value, launch.event_id)
+        return launch.event_id
+    current = active
+    if current is None:
         return None
-    return recording.record(
+    current.device_tracks.add((device, track))
+    return current.record(
         name,
         device=device,
         track=track,

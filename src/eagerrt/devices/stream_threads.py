@@ -67,9 +67,10 @@ class _ThreadStream:
         )
         self.thread.start()
 
-    def put(self, label: str | None, work: Callable[[], object]) -> None:
-        """Queue ``work``; a labelled item is a kernel or copy (delayed, timed)."""
-        self.queue.put((label, work))
+    def put(self, label: str | None, work: Callable[[], object], launch: Any = None) -> None:
+        """Queue ``work``; a labelled item is a kernel or copy (delayed, timed),
+        and reported to the profile that ``launch`` (profiling.launching()) names."""
+        self.queue.put((label, work, launch))
 
     def _run(self) -> None:
         device = self.device
@@ -77,7 +78,7 @@ class _ThreadStream:
             item = self.queue.get()
             if item is _STOP:
                 return
-            label, work = item
+            label, work, launch = item
             if label is not None and device.delay:
                 time.sleep(self.rng.uniform(0.0, device.delay))
             start = time.perf_counter_ns()
@@ -90,9 +91,14 @@ class _ThreadStream:
             end = time.perf_counter_ns()
             if device.timeline is not None:
                 device.timeline.append((self.name, label, start / 1e9, end / 1e9))
-            if profiling.active is not None:  # its own track in ert.profile()
+            if launch is not None:  # its own track in ert.profile(), as its op's event
                 profiling.record(
-                    label, device=device.name, track=self.name, start_ns=start, end_ns=end
+                    label,
+                    device=device.name,
+                    track=self.name,
+                    start_ns=start,
+                    end_ns=end,
+                    launch=launch,
                 )
 
 
@@ -290,7 +296,7 @@ class ThreadStreamDevice(StreamDevice):
             except Exception as exc:
                 out.failure = Failure(name, site, exc)
 
-        stream.put(name, work)
+        stream.put(name, work, profiling.launching())
         return owning, out
 
     def _stage(self, array: np.ndarray) -> np.ndarray:
@@ -301,7 +307,7 @@ class ThreadStreamDevice(StreamDevice):
     ) -> tuple[np.ndarray, _Cell]:
         owning, raw = self.pool.allocate(stream, staged.shape, staged.dtype)
         cell = _Cell(raw)
-        stream.put("upload", lambda: np.copyto(raw, staged))
+        stream.put("upload", lambda: np.copyto(raw, staged), profiling.launching())
         return owning, cell
 
     def _copy_to_host(self, stream: _ThreadStream, value: DeviceValue) -> np.ndarray:
@@ -312,7 +318,7 @@ class ThreadStreamDevice(StreamDevice):
             if cell.failure is None:
                 np.copyto(host, cell.raw)
 
-        stream.put("download", work)
+        stream.put("download", work, profiling.launching())
         return host
 
     def _unstage(self, staged: np.ndarray) -> np.ndarray:

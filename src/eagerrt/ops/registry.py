@@ -562,11 +562,19 @@ class Op:
                 dev.executor,
             )
         values = [a._value if type(a) is Tensor else a for a in args]
+        recording = profiling.active  # the device may report the work: see launching()
+        launching = (
+            None if recording is None else recording.launch(self.name, dev.name, args, user_line())
+        )
         try:
             value = dev.enqueue(self, kernel, values, static, shape, dtype)
         except Exception as exc:  # out of memory, a kernel refusing its operands
-            return self._failed(exc, shape, dtype, dev)
-        return Tensor._ready(value, shape, dtype, dev, self.name)
+            result = self._failed(exc, shape, dtype, dev)
+        else:
+            result = Tensor._ready(value, shape, dtype, dev, self.name)
+        if launching is not None:
+            launching.launched(result, result._state == ERROR)
+        return result
 
     def _launch(
         self,
