@@ -120,6 +120,17 @@ def test_write_to_a_pending_tensor_splits_its_readers(gate: Callable[[], Gate]) 
     assert values(t) == [10.0, 21.0, 2.0]
 
 
+def test_a_pending_tensor_written_into_itself(gate: Callable[[], Gate]) -> None:
+    # Found by the random DAG fuzzer: the write waited for `t` itself, which
+    # stays pending until that very write is done: a deadlock.
+    g = gate()
+    t = g()  # [0, 1, 2], pending
+    t[::-1] = t
+    t += t
+    g.open()
+    assert t.numpy(timeout=10).tolist() == [4.0, 2.0, 0.0]
+
+
 def test_pending_value_and_pending_index(gate: Callable[[], Gate]) -> None:
     g = gate()
     t = ert.zeros(4)

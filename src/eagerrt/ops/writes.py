@@ -189,7 +189,9 @@ def write(
     inputs = [o for o in (value, *operands) if type(o) is Tensor]
     failed = any(o._state == ERROR for o in inputs)  # the task passes the failure on
     readers = [r.result for r in list(getattr(t, "_readers", ()))]
-    waits = [v for v in (*inputs, *readers) if v._state == PENDING]
+    # Not t itself (`t[k] = t`, `t += t`): it stays pending until this very
+    # write completes it; the hold below waits for the version it reads.
+    waits = [v for v in (*inputs, *readers) if v._state == PENDING and v is not t]
     cost = elementwise_cost(t.shape, t.dtype)
     if config.sync_active:
         for v in waits:
