@@ -131,6 +131,20 @@ def test_a_pending_tensor_written_into_itself(gate: Callable[[], Gate]) -> None:
     assert t.numpy(timeout=10).tolist() == [4.0, 2.0, 0.0]
 
 
+def test_a_write_reads_the_value_as_it_was_at_the_call(gate: Callable[[], Gate]) -> None:
+    # Found by the random DAG fuzzer: a queued write did not count as a reader
+    # of the tensor it writes in, so a later write to that tensor could go first.
+    g = gate()
+    t = g()  # [0, 1, 2], pending: the write below waits for it
+    v = ert.asarray([5.0])
+    t[0:1] = v
+    v[0] = 99.0
+    t[1:2] += v
+    g.open()
+    assert t.numpy(timeout=10).tolist() == [5.0, 100.0, 2.0]
+    assert v.numpy().tolist() == [99.0]
+
+
 def test_pending_value_and_pending_index(gate: Callable[[], Gate]) -> None:
     g = gate()
     t = ert.zeros(4)

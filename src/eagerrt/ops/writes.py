@@ -211,6 +211,9 @@ def write(
     task.compute = (lambda *v: kernel(*v, **static)) if static else kernel
     task.name = name
     task.site = user_line()
+    for o in inputs:  # a later write to the value must wait for this read
+        if o is not t:
+            o._track_reader(task)
     if profiling.active is not None:  # its event depends on the value and t's old version
         task.compute = profiling.active.launched(
             name, t.device.name, task.compute, (value, *operands, t), t, task.site, cost
