@@ -551,3 +551,17 @@ def test_fusion_reports_its_rewrites() -> None:
     assert log["elementwise fusion"] == "1 rewrite"
     assert "fused[add,relu,multiply]" in f.explain(x)
     assert fusion.fusible(f.compiled_for(x).graph.nodes[0]) is False  # fused nodes are final
+
+
+def test_a_fused_kernel_takes_numpy_scalars_for_0d_operands() -> None:
+    # Found by the random DAG fuzzer: x[2] (and np.take, a 1-d @) give numpy
+    # scalars, not 0-d arrays; a fused kernel compiled for arrays refused them.
+    @ert.function
+    def f(x: Any, s: Any) -> Any:
+        return ert.exp(ert.tanh(x * s + 1)), ert.exp(ert.tanh(x[2]))
+
+    x = ert.asarray(np.arange(4.0))
+    y, z = f(x, x[1] + x[1])  # an eager 0-d result, held as a numpy scalar
+    np.testing.assert_allclose(y.numpy(), np.exp(np.tanh(np.arange(4.0) * 2 + 1)))
+    np.testing.assert_allclose(z.numpy(), np.exp(np.tanh(2.0)))
+    assert "fused[" in f.explain(x, x[1] + x[1])

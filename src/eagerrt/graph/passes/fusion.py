@@ -413,6 +413,18 @@ def compile_kernel(source: str, inputs: list[Any], out: Value, name: str = "kern
     return fn
 
 
+def _zero_d_arrays(fn: Any, positions: list[int]) -> Any:
+    """``fn`` taking the 0-d operands at ``positions`` as 0-d arrays: kernels may
+    give numpy scalars for 0-d results (``x[2]``, ``np.take``, a 1-d ``@``),
+    which the kernel, compiled for arrays, can't index."""
+
+    def kernel(*arrays: Any) -> Any:
+        arrays = tuple(np.asarray(a) if i in positions else a for i, a in enumerate(arrays))
+        return fn(*arrays)
+
+    return kernel
+
+
 def fused_cost(group: list[Node]) -> float:
     """The members' costs less the call overheads fusion saves."""
     total = sum(node_cost(n) for n in group)
@@ -438,6 +450,13 @@ def fuse_group(group: list[Node]) -> Node | None:
     fn = compile_kernel(source, program.inputs, root.out)
     if fn is None:
         return None
+    scalars = [
+        i
+        for i, a in enumerate(program.inputs)
+        if type(a) is Value and not a.shape and not a.is_const
+    ]
+    if scalars:
+        fn = _zero_d_arrays(fn, scalars)
     op = make_op(
         display_name("fused", program.names),
         fn,
