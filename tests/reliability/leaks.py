@@ -76,9 +76,11 @@ def baseline() -> Baseline:
 
 
 #: Allocations that are caches, not the case's: modules imported on first use
-#: (and the ABC registries their classes join), and numba compiling a new fused
-#: kernel (eagerrt keeps compiled kernels by source, as numba's cache does).
+#: (and the ABC registries their classes join), source lines read for a
+#: traceback (linecache), and numba compiling a new fused kernel (eagerrt keeps
+#: compiled kernels by source, as numba's cache does).
 _CACHES = [
+    tracemalloc.Filter(False, "*/linecache.py"),
     tracemalloc.Filter(False, "<frozen importlib._bootstrap>"),
     tracemalloc.Filter(False, "<frozen importlib._bootstrap_external>"),
     tracemalloc.Filter(False, "<frozen abc>"),
