@@ -218,29 +218,32 @@ def test_kernel_failure_surfaces_on_read_naming_the_op_and_line() -> None:
 
     @ert.function
     def f(x: Any) -> Any:
-        return fail(x + 1) * 2
+        return fail(x + 1) * 2, x - 1
 
-    y = f(data(3))
+    x = data(3)
+    y, independent = f(x)
     with pytest.raises(ert.KernelError, match="graph_test_fail") as info:
         y.numpy()
     assert "test_function.py" in str(info.value)
     assert isinstance(info.value.__cause__, ValueError)
-    assert f(data(3)).is_error()  # and again: the plan is reusable after a failure
+    np.testing.assert_allclose(independent.numpy(), x - 1)  # not a dependent: a value
+    assert f(x)[0].is_error()  # and again: the plan is reusable after a failure
 
 
-def test_a_failed_input_fails_every_output() -> None:
+def test_a_failed_input_fails_its_dependents_only() -> None:
     fail = ert.define_op("graph_test_fail2", rule=lambda x: (x.shape, x.dtype), replace=True)
     fail.register_kernel("cpu", lambda x: 1 / 0)
     bad = fail(ert.ones(3))
 
     @ert.function
-    def f(x: Any) -> Any:
-        return x + 1, x * 2
+    def f(x: Any, y: Any) -> Any:
+        return x + 1, x * y, y * 2
 
-    a, b = f(bad)
+    a, b, c = f(bad, ert.ones(3))
     for t in (a, b):
         with pytest.raises(ert.KernelError, match="graph_test_fail2"):
             t.numpy()
+    assert c.numpy().tolist() == [2.0, 2.0, 2.0]
 
 
 # -- execution ----------------------------------------------------------------------------

@@ -243,6 +243,12 @@ class Failure:
             err.add_note(f"kernel traceback (most recent call last):\n{lines.rstrip()}")
         return err
 
+    def discard(self) -> None:
+        """Drop this failure unread: no tensor holds it (a compiled call's
+        replay reports its failures instead), so synchronize() must not."""
+        with _unobserved_lock:
+            _unobserved.pop(id(self), None)
+
     def __repr__(self) -> str:
         return f"<Failure of {self.op!r}: {self.cause!r}>"
 

@@ -8,6 +8,10 @@ one stream, one per segment for a plan the cost model spread over several
 streams (each segment waits for the segments it reads from, so independent
 heavy branches run on different workers at once). The outputs are pending
 tensors until then, with their shapes and dtypes known at once.
+
+A call that sees a failed input or a failing step is replayed op by op (see
+:mod:`~eagerrt.graph.replay`): each output gets its own value, or the failure
+of exactly the ops it depends on, as eagerly.
 """
 
 from __future__ import annotations
@@ -45,12 +49,14 @@ def run_plan(plan: Plan | OpByOpPlan, inputs: list[Tensor]) -> list[Tensor]:
             if profiling.active is not None:
                 return _run_now_recorded(profiling.active, plan, inputs)
             return _run_now(plan, [t._value for t in inputs])
+        if plan.replay is not None and all(t._state != PENDING for t in inputs):
+            return _replayed(plan, [t._value for t in inputs])  # a failed input
     outs = plan.outputs
     name = plan.graph.name
     pending = []
     for t in inputs:
         if t._state != READY:
-            if t._state == ERROR:  # an input's failure is every output's
+            if t._state == ERROR and plan.replay is None:  # every output's failure
                 return [Tensor._failed(t._value, v.shape, v.dtype, v.device, name) for v in outs]
             if t._state == PENDING:
                 pending.append(t)
@@ -86,6 +92,9 @@ def _run_now(plan: Plan, arrays: list[Any]) -> list[Tensor]:
     try:
         values = plan.execute(arrays)
     except StepFailed as failed:
+        if plan.replay is not None:
+            failed.failure.discard()  # the replay reports it, on the outputs it reaches
+            return _replayed(plan, arrays)
         return [Tensor._failed(failed.failure, v.shape, v.dtype, v.device, name) for v in outs]
     return [
         Tensor._ready(data, v.shape, v.dtype, v.device, name)
@@ -93,10 +102,71 @@ def _run_now(plan: Plan, arrays: list[Any]) -> list[Tensor]:
     ]
 
 
+def _replayed(plan: Plan, values: list[Any]) -> list[Tensor]:
+    """The output tensors of a call replayed op by op on ``values`` (arrays,
+    or the Failures of failed inputs), now, on this thread."""
+    assert plan.replay is not None
+    name = plan.graph.name
+    return [
+        Tensor._failed(x, v.shape, v.dtype, v.device, name)
+        if type(x) is Failure
+        else Tensor._ready(x, v.shape, v.dtype, v.device, name)
+        for x, v in zip(plan.replay.run(values), plan.outputs, strict=True)
+    ]
+
+
 def _fail_all(results: list[Tensor], failure: Failure) -> None:
     """One execution fails as a whole: every output carries the failure."""
     for r in results:
         r._complete(ERROR, failure)
+
+
+def _fail(
+    plan: Plan, inputs: list[Tensor], results: list[Tensor], failure: Failure, *, step: bool
+) -> None:
+    """A call failed, from a failed input or (``step``) a failing step: replay
+    it op by op, so each output gets its own value or failure; without a
+    replay, every output gets ``failure``."""
+    replay = plan.replay
+    if replay is None:
+        _fail_all(results, failure)
+        return
+    if step:
+        failure.discard()  # made by the plan and held by no tensor: the replay reports it
+    try:
+        values = replay.run([t._value for t in inputs])
+    except BaseException as exc:  # never leave the results pending
+        _fail_all(results, Failure(plan.graph.name, None, exc))
+        raise
+    for r, x in zip(results, values, strict=True):
+        r._complete(ERROR if type(x) is Failure else READY, x)
+
+
+class _ReplayTask(Task):
+    """A failed multi-segment call's replay, on a worker if the plan is costly."""
+
+    __slots__ = ("failure", "inputs", "plan", "results", "step")
+
+    plan: Plan
+    inputs: list[Tensor]
+    results: list[Tensor]
+    failure: Failure
+    step: bool
+
+    def run(self) -> None:
+        _fail(self.plan, self.inputs, self.results, self.failure, step=self.step)
+
+
+def _fail_later(call: _Call, executor: Any, failure: Failure, *, step: bool) -> None:
+    """:func:`_fail` for a multi-segment call, scheduled by the plan's cost (a
+    replay computes the whole call again: not inline on a cheap task's thread)."""
+    if call.plan.replay is None:
+        _fail_all(call.results, failure)
+        return
+    task = _ReplayTask(AsyncValue(), call.plan.cost, executor)
+    task.plan, task.inputs, task.results = call.plan, call.inputs, call.results
+    task.failure, task.step = failure, step
+    schedule(task, [])
 
 
 class _PlanTask(Task):
@@ -116,7 +186,7 @@ class _PlanTask(Task):
         results = self.results
         failed = next((t for t in self.inputs if t._state == ERROR), None)
         if failed is not None:
-            _fail_all(results, failed._value)
+            _fail(self.plan, self.inputs, results, failed._value, step=False)
             return
         try:
             if self.recording is None:
@@ -132,7 +202,7 @@ class _PlanTask(Task):
                     self.site,
                 )
         except StepFailed as exc:
-            _fail_all(results, exc.failure)
+            _fail(self.plan, self.inputs, results, exc.failure, step=True)
             return
         except BaseException as exc:  # never leave the results pending
             _fail_all(results, Failure(self.plan.graph.name, self.site, exc))
@@ -224,7 +294,7 @@ class _StartTask(Task):
         call = self.call
         failed = next((t for t in call.inputs if t._state == ERROR), None)
         if failed is not None:
-            _fail_all(call.results, failed._value)
+            _fail_later(call, self.executor, failed._value, step=False)
             return
         if call.recording is not None:
             call.started_ns = time.perf_counter_ns()
@@ -260,12 +330,12 @@ class _FinishTask(Task):
         assert ctx is not None
         try:
             if call.failure is not None:
-                _fail_all(call.results, call.failure)
+                _fail_later(call, self.executor, call.failure, step=True)
                 return
             try:
                 values = ctx.functions[-1](call.registers, ctx.outputs)
             except Exception as exc:
-                _fail_all(call.results, plan.failure(exc))
+                _fail_later(call, self.executor, plan.failure(exc), step=True)
                 return
             for r, value in zip(call.results, values, strict=True):
                 r._complete(READY, value)
@@ -412,6 +482,9 @@ def _run_now_recorded(
             recording, plan, inputs, call_id, time.perf_counter_ns(), True, user_line()
         )
     except StepFailed as failed:
+        if plan.replay is not None:
+            failed.failure.discard()  # the replay reports it, on the outputs it reaches
+            return _replayed(plan, [t._value for t in inputs])
         return [Tensor._failed(failed.failure, v.shape, v.dtype, v.device, name) for v in outs]
     results = [
         Tensor._ready(data, v.shape, v.dtype, v.device, name)
@@ -440,7 +513,7 @@ def _finish_recorded(call: _Call) -> None:
         event_id=call.call_id,
     )
     if call.failure is not None:
-        _fail_all(call.results, call.failure)
+        _fail(call.plan, call.inputs, call.results, call.failure, step=True)
     else:
         for r, v in zip(call.results, call.plan.outputs, strict=True):
             r._complete(READY, call.values[v.id])

@@ -33,6 +33,7 @@ from .ir import Graph
 from .op_by_op import OpByOpPlan, runs_op_by_op
 from .passes import optimize
 from .plan import Plan, lower
+from .replay import Replay
 from .tracing import _OUTPUT, is_tracing, output_structure, trace_async, trace_sync
 
 __all__ = ["Function", "function"]
@@ -215,8 +216,10 @@ class Function(Generic[_F]):
             for c in graph.constants():
                 if type(c.const) is Tensor:
                     c.const = c.const._native()  # a failed weight raises its KernelError here
+            replay = Replay(graph)  # before the passes rewrite the graph's nodes
             optimize(graph)
             plan = lower(graph)
+            plan.replay = replay
         if structure == _ONE_OUTPUT:
             structure = _ONE_OUTPUT  # the same object: finish() tests identity
         compiled = Compiled(graph, plan, structure, positions)

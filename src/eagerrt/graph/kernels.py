@@ -10,28 +10,33 @@ dtype is the ufunc's own result type, so writing into ``out`` changes nothing).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .ir import Node, Value
 
-__all__ = ["kernel_for", "out_kernel_for", "writes_elementwise"]
+__all__ = ["eager_kernel", "kernel_for", "out_kernel_for", "writes_elementwise"]
 
 OutKernel = Callable[..., Any]
 
 
 def kernel_for(node: Node) -> Callable[..., Any]:
     """The kernel an eager call with these operands would run (specializers included)."""
-    op = node.op
-    device = node.out.device
+    return eager_kernel(node.op, node.inputs, node.static, node.out.device)
+
+
+def eager_kernel(
+    op: Any, inputs: Sequence[Any], static: dict[str, Any], device: Any
+) -> Callable[..., Any]:
+    """:func:`kernel_for` of a node given by its parts: ``op(*inputs, **static)`` on ``device``."""
     kernel = op._kernel_for(device)
     specializers = getattr(op, "_specializers", None)
     if specializers:
         specializer = specializers.get(device.name)
         if specializer is not None:
-            kernel = specializer(*node.inputs, **node.static) or kernel
+            kernel = specializer(*inputs, **static) or kernel
     return kernel
 
 

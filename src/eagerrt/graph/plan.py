@@ -26,6 +26,7 @@ from .cost_model import assign_streams, node_cost
 from .ir import Graph, Node, Value, format_node
 from .kernels import kernel_for, out_kernel_for, writes_elementwise
 from .memory_plan import MemoryPlan, PlannedStep, plan_memory
+from .replay import Replay
 
 __all__ = ["Plan", "Step", "lower"]
 
@@ -72,6 +73,9 @@ class Plan:
     _buffer_specs: list[tuple[int, Any, tuple[int, ...]]] = field(default_factory=list)
     _free: list[Context] = field(default_factory=list)
     _buffered_outputs: list[int] = field(default_factory=list)
+    #: The traced graph before optimizing, to replay a failed call op by op
+    #: (see :mod:`~eagerrt.graph.replay`); None: a failed call fails as a whole.
+    replay: Replay | None = field(repr=False, default=None)
 
     # -- contexts --------------------------------------------------------------
     def _new_context(self) -> Context:
