@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import threading
 import tracemalloc
 from collections.abc import Callable
@@ -26,9 +25,9 @@ import pytest
 import eagerrt as ert
 from eagerrt.lowlevel import WorkerPool
 
+from .conftest import LONG
+
 BOUND = 64
-#: The long variants (``EAGERRT_RELIABILITY_LONG=1``) run 10,000 arrivals on every loop.
-LONG = os.environ.get("EAGERRT_RELIABILITY_LONG", "").strip().lower() in {"1", "true", "yes", "on"}
 FEATURES = 64
 rng = np.random.default_rng(11)
 W1_DATA = rng.standard_normal((FEATURES, FEATURES)).astype(np.float32) * 0.1
@@ -133,7 +132,7 @@ def warm_models() -> None:
 async def test_ten_thousand_coroutines_keep_queued_work_and_memory_bounded(
     compiled: bool, gate: Any, eventually: Any, warm_models: None, anyio_backend: Any
 ) -> None:
-    # 10,000 on asyncio; the other loops run a tenth of it unless LONG (the path
+    # 10,000 on asyncio; the other loops run 3,000 unless LONG (the path
     # through the runtime is the same, the loop only carries the wake-ups).
     arrivals = 10_000 if LONG or anyio_backend == "asyncio" else 3_000
     # Every op (and every compiled call) is offloaded, so each arrival queues work.
