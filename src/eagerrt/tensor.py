@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core.async_value import ERROR, PENDING, READY, AsyncValue, _transition_lock
+from ._core.async_value import (
+    ERROR,
+    PENDING,
+    READY,
+    AsyncValue,
+    _run_waiters,
+    _transition_lock,
+)
 from ._core.bridge import wait_async
 from ._core.errors import (
     DTypeError,
@@ -137,24 +144,29 @@ class Tensor(AsyncValue):
     def _complete(self, state: int, value: Any) -> None:
         """Complete the current version: the last one makes the tensor available;
         an earlier one (a write is queued behind it) only wakes its own readers."""
+        # Decide and settle under one hold of the lock: a write queued between
+        # the two (on another thread) would otherwise leave its hold behind,
+        # never completed, and the tensor ready without that write.
         with _transition_lock:
+            self._forget_host()
             holds: collections.deque[AsyncValue] | None = getattr(self, "_holds", None)
-            hold = None
             if holds and state == READY and self._state == PENDING:
                 hold = holds.popleft()
                 self._value = value  # the tensor stays pending: a write follows
-        self._forget_host()
+            else:
+                hold = None
+                waiters = self._settle_locked(state, value)
+                # A failure fails every later version too: writes can't mend it.
+                failed = list(holds) if holds else ()
+                if holds:
+                    holds.clear()
         if hold is not None:
             hold._complete(READY, value)
             return
-        if holds:  # a failure fails every later version too: writes can't mend it
-            failed = list(holds)
-            holds.clear()
-            super()._complete(state, value)
-            for later in failed:
-                later._complete(state, value)
-            return
-        super()._complete(state, value)
+        if waiters is not None:
+            _run_waiters(waiters)
+        for later in failed:
+            later._complete(state, value)
 
     def _forget_host(self) -> None:
         with contextlib.suppress(AttributeError):
@@ -165,7 +177,11 @@ class Tensor(AsyncValue):
         try:
             self._readers.add(reader)
         except AttributeError:
-            self._readers = {reader}
+            with _transition_lock:  # two threads' first readers: one set, both in it
+                try:
+                    self._readers.add(reader)
+                except AttributeError:
+                    self._readers = {reader}
 
     def _untrack_reader(self, reader: Any) -> None:
         with contextlib.suppress(AttributeError):

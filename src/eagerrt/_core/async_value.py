@@ -102,6 +102,16 @@ def _run_continuation(callback: Callable[[], object]) -> None:
             _drain(tramp)
 
 
+def _run_waiters(waiters: list[Callable[[], object]]) -> None:
+    """Run a completed value's waiters. They queue up at the front of this
+    thread's trampoline, in order: run now at the outermost level, else when
+    that level resumes or when a blocking wait() in one of them needs a later one."""
+    tramp = _trampoline
+    tramp.deferred.extendleft(reversed(waiters))
+    if tramp.depth == 0:
+        _drain(tramp)
+
+
 def _drain(tramp: _Trampoline, until: AsyncValue | None = None) -> None:
     """Run this thread's queued continuations, one level below the current one:
     all of them (the outermost level), or until ``until`` is available (a
@@ -202,22 +212,20 @@ class AsyncValue:
 
     def _complete(self, state: int, value: Any) -> None:
         with _transition_lock:
-            if self._state != PENDING:
-                raise AsyncValueStateError(
-                    f"AsyncValue completed twice: it is already {self.state}"
-                )
-            self._value = value
-            self._state = state
-            waiters = self._waiters
-            self._waiters = None
+            waiters = self._settle_locked(state, value)
         if waiters is not None:
-            # The waiters queue up at the front of this thread's trampoline, in
-            # order: run now at the outermost level, else when that level resumes
-            # or when a blocking wait() in one of them needs a later one.
-            tramp = _trampoline
-            tramp.deferred.extendleft(reversed(waiters))
-            if tramp.depth == 0:
-                _drain(tramp)
+            _run_waiters(waiters)
+
+    def _settle_locked(self, state: int, value: Any) -> list[Callable[[], object]] | None:
+        """Make the value final and take its waiters; the caller holds the
+        transition lock (so a subclass can decide and settle in one step)."""
+        if self._state != PENDING:
+            raise AsyncValueStateError(f"AsyncValue completed twice: it is already {self.state}")
+        self._value = value
+        self._state = state
+        waiters = self._waiters
+        self._waiters = None
+        return waiters
 
     # -- consumer side -------------------------------------------------------
     def and_then(self, callback: Callable[[], object]) -> None:

@@ -77,7 +77,7 @@ def _inplace(op: Op) -> Any:
     call2 = op.call2
 
     def method(self: Tensor, other: Any, /) -> Tensor:
-        return writes.replace(self, call2(self, other), f"__i{op.name}__")
+        return writes.in_place(self, lambda: call2(self, other), f"__i{op.name}__")
 
     return method
 

@@ -25,6 +25,7 @@ mutation of memory something else may still read.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from .._core.errors import (
     ValueRangeError,
     user_line,
 )
+from .._core.forking import renew_after_fork
 from .._core.scheduler import _outstanding, schedule
 from ..tensor import TRACED, Tensor
 from . import registry
@@ -55,6 +57,14 @@ from .registry import GENERIC, Op, _KernelTask, call_error, elementwise_cost
 __all__: list[str] = []
 
 _SCALARS = (bool, int, float, complex)
+
+#: Writes issued by several threads at once take turns, so each one applies to
+#: the version the previous one left (no lost update), and ``t += x`` reads and
+#: replaces ``t`` with no other write between. Reentrant: ``t += x`` holds it
+#: around its read and its write. Held while a write is issued, never while
+#: blocking on a value (sync mode waits first), not while it runs on a worker.
+_write_lock = threading.RLock()
+renew_after_fork(__name__, "_write_lock", threading.RLock)
 _KIND_ORDER = "biufc"  # bool < int < float < complex: a value may not climb down
 _EVERYTHING = (Ellipsis,)
 
@@ -179,6 +189,29 @@ def write(
 ) -> None:
     """Give ``t`` the version ``kernel(old, value, *operands, **static)``,
     ordered after every earlier reader of ``t`` and before every later one."""
+    if config.sync_active:  # wait before taking the lock: a kernel may issue writes
+        for v in (t, value, *operands, *[r.result for r in list(getattr(t, "_readers", ()))]):
+            if type(v) is Tensor and v._state == PENDING:
+                v.wait()
+    with _write_lock:
+        _write(t, name, kernel, value, operands, static)
+
+
+def in_place(t: Tensor, compute: Callable[[], Tensor], op: str) -> Tensor:
+    """``t op= x``: ``compute()`` reads ``t`` and its result replaces ``t``, with
+    no other thread's write in between (it would be lost)."""
+    with _write_lock:
+        return replace(t, compute(), op)
+
+
+def _write(
+    t: Tensor,
+    name: str,
+    kernel: Callable[..., Any],
+    value: Any,
+    operands: list[Tensor],
+    static: dict[str, Any],
+) -> None:
     if t._state == TRACED or any(
         type(o) is Tensor and o._state == TRACED for o in (value, *operands)
     ):
