@@ -168,11 +168,14 @@ def _as_tensor(x: Any) -> Tensor:
 def _fill_dtype(value: Any, dtype: Any) -> np.dtype[Any]:
     if isinstance(value, Tensor):
         raise DTypeError("full: fill_value must be a Python or numpy scalar, not a Tensor")
-    if dtype is not None:
-        return to_dtype(dtype)
-    # bool -> bool, int -> int64, float -> float64, complex -> complex128 (the
-    # standard's defaults); a numpy scalar keeps its own dtype, as in numpy.
-    return to_dtype(np.asarray(value).dtype)
+    try:
+        if dtype is not None:
+            return to_dtype(dtype)
+        # bool -> bool, int -> int64, float -> float64, complex -> complex128 (the
+        # standard's defaults); a numpy scalar keeps its own dtype, as in numpy.
+        return to_dtype(np.asarray(value).dtype)
+    except DTypeError as e:  # name the op: the error is raised before it is made
+        raise DTypeError(f"full: {e}") from None
 
 
 def zeros(shape: int | Sequence[int], *, dtype: Any = None, device: DeviceLike = None) -> Tensor:

@@ -44,12 +44,13 @@ class IndexSlot:
         return f"<index operand {self.position}>"
 
 
-def split_index(index: Any) -> tuple[tuple[Any, ...], list[Tensor]]:
+def split_index(index: Any, device: Any = None) -> tuple[tuple[Any, ...], list[Tensor]]:
     """``index`` as a static template plus its array parts as tensors.
 
     The template holds the basic parts as they are and an :class:`IndexSlot`
     where each array part (a tensor, array or list of ints or bools) goes, so
-    the array parts can be operands an op waits for.
+    the array parts can be operands an op waits for. Lists and arrays become
+    tensors on ``device`` (the indexed tensor's: an op takes one device).
     """
     parts = index if type(index) is tuple else (index,)
     template: list[Any] = []
@@ -66,7 +67,7 @@ def split_index(index: Any) -> tuple[tuple[Any, ...], list[Tensor]]:
                 )
             from .creation import asarray
 
-            part = asarray(part)
+            part = asarray(part, device=device)
         if part.dtype.kind not in "biu":
             raise DTypeError(f"an index array must hold ints or bools, not {part.dtype}")
         template.append(IndexSlot(len(operands)))
@@ -135,7 +136,7 @@ def index_tensor(x: Tensor, key: Any, /) -> Tensor:
     elif all(isinstance(p, _BASIC_INDEX_TYPES) for p in index):
         return getitem(x, index=index)
     try:
-        template, operands = split_index(index)
+        template, operands = split_index(index, x.device)
     except DTypeError as exc:
         raise call_error(DTypeError, "getitem", (x,), {"index": index}, str(exc)) from None
     if not operands:
@@ -181,7 +182,7 @@ def _resolve_masks(
             continue
         for positions in np.nonzero(mask):
             out.append(IndexSlot(len(resolved)))
-            resolved.append(asarray(positions))
+            resolved.append(asarray(positions, device=o.device))
     return tuple(out), resolved
 
 

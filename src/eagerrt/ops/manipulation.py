@@ -613,11 +613,14 @@ def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> T
     >>> ert.astype(ert.asarray([1.7, -1.7]), ert.int32).numpy().tolist()
     [1, -1]
     """
-    if type(x) is not Tensor:
-        from .creation import asarray
+    try:  # name the op: these errors are raised before it is made
+        if type(x) is not Tensor:
+            from .creation import asarray
 
-        x = asarray(x)
-    same = not copy and to_dtype(dtype) == x.dtype
+            x = asarray(x)
+        same = not copy and to_dtype(dtype) == x.dtype
+    except DTypeError as e:
+        raise DTypeError(f"astype: {e}") from None
     out = x if same else _astype(x, dtype=dtype, copy=copy)
     return out if device is None else out.to(device)
 
