@@ -43,6 +43,7 @@ BENCHMARKS = {
     "conv_attention": "bench_conv_attention",
     "graph": "bench_graph",
     "profiler": "bench_profiler",
+    "reliability": "bench_reliability",
 }
 
 

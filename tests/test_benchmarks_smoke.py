@@ -25,6 +25,13 @@ TINY: dict[str, dict[str, Any]] = {
     "bench_conv_attention": {"conv_shape": (2, 4, 9, 9), "conv_out": 4, "attn_shape": (1, 2, 8, 8)},
     "bench_graph": {"n_ops": 5, "batch": 2, "sizes": (8, 6, 4), "rounds": 2, "reps": 2},
     "bench_profiler": {"n_ops": 10, "rounds": 2, "reps": 3},
+    "bench_reliability": {
+        "fuzz_cases": 3,
+        "storm_tasks": 30,
+        "coroutines": 100,
+        "memory_arrivals": (50, 200),
+        "rounds": 1,
+    },
 }
 
 
