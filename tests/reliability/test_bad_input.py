@@ -143,7 +143,10 @@ SPECS: dict[str, Spec] = {
     "transpose": _with(ert.transpose, np.transpose, axes, ("transpose",)),
     "broadcast_to": _with(ert.broadcast_to, np.broadcast_to, small_shapes, ("broadcast_to",)),
     "getitem": Spec(
-        ("getitem", "gather_index"), lambda d: (d(tensors()), d(indices)), lambda x, i: x[i], lambda x, i: x[i]
+        ("getitem", "gather_index"),
+        lambda d: (d(tensors()), d(indices)),
+        lambda x, i: x[i],
+        lambda x, i: x[i],
     ),
     "astype": _with(ert.astype, lambda x, t: np.asarray(x).astype(t), dtypes, ("astype",)),
     "where": Spec(
@@ -217,7 +220,7 @@ def judge(op: str, args: tuple[Any, ...]) -> str:
         if isinstance(e.__cause__, MemoryError):
             return "allocation failure"
         # Anything else the kernel raised must be an error numpy raises too.
-        with pytest.raises(Exception):  # noqa: B017, PT011
+        with pytest.raises(Exception):  # noqa: B017
             _numpy_reference(spec, args)
         return "kernel error"
     except Exception as e:
@@ -324,8 +327,9 @@ def test_an_allocation_failure_is_an_error_value_and_the_runtime_goes_on(
     kind: str, placement: str, warm: None
 ) -> None:
     threshold = 0 if placement == "workers" else ert.config.inline_threshold_ns
-    with no_leaks(memory_slack=NUMPY_FAILED_ALLOCATIONS), ert.config.override(
-        inline_threshold_ns=threshold
+    with (
+        no_leaks(memory_slack=NUMPY_FAILED_ALLOCATIONS),
+        ert.config.override(inline_threshold_ns=threshold),
     ):
         fail_to_allocate(kind)
         anyio.run(still_works)
@@ -357,8 +361,9 @@ def crowd(n: int) -> None:
 
 def test_failed_allocations_in_a_crowd_of_good_work(warm: None) -> None:
     """Good and failing results interleaved, on worker threads: each gets its own."""
-    with no_leaks(memory_slack=NUMPY_FAILED_ALLOCATIONS), ert.config.override(
-        inline_threshold_ns=0
+    with (
+        no_leaks(memory_slack=NUMPY_FAILED_ALLOCATIONS),
+        ert.config.override(inline_threshold_ns=0),
     ):
         crowd(50)
         ert.synchronize(timeout=READ_TIMEOUT_S)
