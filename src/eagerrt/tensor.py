@@ -16,7 +16,7 @@ import collections
 import contextlib
 import html
 import math
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from ._core.async_value import (
     PENDING,
     READY,
     AsyncValue,
+    _run_continuation,
     _run_waiters,
     _transition_lock,
 )
@@ -38,6 +39,7 @@ from ._core.errors import (
     UsageError,
     WaitTimeoutError,
 )
+from ._core.scheduler import Task, _outstanding, _parked_counter
 
 if TYPE_CHECKING:
     from .devices.base import Device
@@ -575,3 +577,53 @@ class Tensor(AsyncValue):
         if spec and self.size == 1:
             return format(self.item(), spec)
         return str(self) if not spec else format(str(self), spec)
+
+
+def schedule_read(task: Task, args: Iterable[Any]) -> None:
+    """Schedule ``task``, which reads the tensors among ``args``: note it as a
+    reader of each (a later write waits for it) and park it on those pending.
+
+    Both in one hold of the transition lock, the lock a write holds when it
+    moves a pending tensor's parked readers to a hold on the version it
+    replaces. Done apart, a write issued on another thread in between would
+    count the task as a reader of the version it replaces (and wait for it)
+    while the task parked after it, on the write's own version (waiting for
+    the write): neither would ever run. Callers with no pending input note
+    their reads with ``_track_reader`` instead, with no lock: they park on
+    nothing, so a write that comes between can't close a cycle.
+    """
+    result = task.result
+    _outstanding[id(result)] = result  # before it can run: the run removes it
+    callback: Any = task
+    with _transition_lock:
+        pending = []
+        for a in args:
+            if type(a) is Tensor:
+                try:
+                    a._readers.add(task)
+                except AttributeError:
+                    a._readers = {task}
+                if a._state == PENDING:
+                    pending.append(a)
+        if len(pending) > 1:  # the last input to complete runs it
+            remaining = len(pending)
+
+            def one_ready() -> None:
+                nonlocal remaining
+                with _transition_lock:
+                    remaining -= 1
+                    last = remaining == 0
+                if last:
+                    task()
+
+            callback = one_ready
+        for a in pending:
+            waiters = a._waiters
+            if waiters is None:
+                a._waiters = [callback]
+            else:
+                waiters.append(callback)
+    if pending:
+        next(_parked_counter)
+    else:  # every input completed meanwhile
+        _run_continuation(task)

@@ -24,6 +24,7 @@ import trio
 import uvloop
 
 import eagerrt as ert
+from eagerrt._core.async_value import _transition_lock
 
 from .conftest import scale
 from .leaks import no_leaks
@@ -169,6 +170,80 @@ def test_writers_on_threads_and_loops_keep_program_order() -> None:
     writers_and_readers(5)  # each loop's first-use imports, outside the leak check
     with no_leaks(), frequent_thread_switches():
         writers_and_readers(scale(150, 1_500))
+
+
+def test_offloaded_writers_on_threads_and_loops_keep_program_order() -> None:
+    """Every op on a worker: reads and writes of the shared tensor park on its
+    pending versions while other threads write it (this used to deadlock: a
+    read noted before a write and parked after it waited for that write,
+    which waited for the read)."""
+    with ert.config.override(inline_threshold_ns=0):
+        writers_and_readers(5)
+        with no_leaks(), frequent_thread_switches():
+            writers_and_readers(scale(150, 1_500))
+
+
+def write_during_read(gate: Callable[[], Any], step: int) -> tuple[ert.Tensor, ert.Tensor, bool]:
+    """Read a pending ``t`` (``t + 1``) on a thread of its own, paused at the
+    read's ``step``-th Python-level call or return while this thread writes
+    ``t[0] = 10`` there. Returns ``t``, the read, and whether it wrote (not if
+    the read's issue had no such step); opens the gate last."""
+    g = gate()
+    t = g()  # [0, 1, 2], pending until the gate opens
+    paused, resume = threading.Event(), threading.Event()
+    read: list[ert.Tensor] = []
+    events = 0
+
+    def pause_at_step(frame: Any, event: str, arg: Any) -> None:
+        nonlocal events
+        # Python-level steps only, never inside a lock the write needs.
+        if event in ("call", "return") and not paused.is_set():
+            events += 1
+            if events > step and not _transition_lock.locked():
+                paused.set()
+                resume.wait(10)
+
+    def reader() -> None:
+        sys.setprofile(pause_at_step)
+        try:
+            read.append(t + 1)
+        finally:
+            sys.setprofile(None)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    while not paused.wait(0.001) and thread.is_alive():
+        pass
+    wrote = paused.is_set()
+    if wrote:
+        t[0] = 10.0
+    resume.set()
+    thread.join(10)
+    assert not thread.is_alive(), "the reading thread hung"
+    g.open()
+    return t, read[0], wrote
+
+
+def test_a_write_at_any_step_of_a_parked_read_on_another_thread(
+    gate: Callable[[], Any],
+) -> None:
+    """A read of a pending tensor issued on one thread, and a write to it
+    issued on another at each step of that read's issue in turn: nothing
+    hangs, the read sees the version before the write or the write's, and the
+    tensor ends with the write. (Noting the read and parking it apart, a write
+    between the two deadlocked: the write waited for the read, the read for
+    the write.)"""
+    step = 0
+    while True:
+        t, read, wrote = write_during_read(gate, step)
+        seen = read.numpy(timeout=10).tolist()
+        assert seen in ([1.0, 2.0, 3.0], [11.0, 2.0, 3.0]), seen
+        if not wrote:  # past the read's last step: every step was tried
+            assert t.numpy(timeout=10).tolist() == [0.0, 1.0, 2.0]
+            break
+        assert t.numpy(timeout=10).tolist() == [10.0, 1.0, 2.0]
+        step += 1
+    assert step > 10  # the read's issue has that many steps at least
 
 
 def test_ops_on_shared_weights_from_threads_and_loops_at_once() -> None:

@@ -61,7 +61,7 @@ from .._core.errors import (
 )
 from .._core.scheduler import Task, count_inline, schedule
 from ..ops.creation import asarray
-from ..tensor import TRACED, Tensor
+from ..tensor import TRACED, Tensor, schedule_read
 from . import pytree, recorded_control_flow, tracing
 from .cost_model import node_cost
 from .ir import Graph, Value
@@ -511,6 +511,9 @@ def _run_eagerly(
     task = _ControlTask(results[0], cost, types[0].device.executor)
     task.op, task.args, task.static, task.results, task.site = op, args, static, results, site
     task.observed = observed
+    if pending:  # noted as a reader and parked in one step (a write may come between)
+        schedule_read(task, args)
+        return results
     for a in args:  # a later write to an operand must wait for this read
         a._track_reader(task)
     schedule(task, pending)

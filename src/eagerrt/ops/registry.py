@@ -50,7 +50,7 @@ from .._core.errors import (
 from .._core.scheduler import Task, count_inline, schedule
 from ..devices import get_device
 from ..devices.base import Device
-from ..tensor import TRACED, Tensor
+from ..tensor import TRACED, Tensor, schedule_read
 
 __all__ = [
     "GENERIC",
@@ -701,6 +701,9 @@ def launch(
     task.compute = compute
     task.name = name
     task.site = site
+    if pending:  # noted as a reader and parked in one step (a write may come between)
+        schedule_read(task, args)
+        return result
     for a in args:  # a later write to an input must wait for this read
         if type(a) is Tensor:
             a._track_reader(task)
