@@ -264,6 +264,18 @@ def test_mixing_devices_needs_an_explicit_move(make_device) -> None:
     np.testing.assert_array_equal((on_dev.to("cpu") + ert.ones(2)).numpy(), np.full(2, 2.0))
 
 
+def test_in_place_writes_are_refused_at_the_call_and_leave_the_tensor_as_it_was(
+    make_device,
+) -> None:
+    dev = make_device()
+    x = ert.asarray(np.ones(3), device=dev)
+    with pytest.raises(ert.DeviceError, match=r"setitem.*not supported yet"):
+        x[0] = 5.0
+    with pytest.raises(ert.DeviceError, match=r"__iadd__.*not supported yet"):
+        x += 1
+    np.testing.assert_array_equal(x.to("cpu").numpy(), np.ones(3))
+
+
 def test_unknown_completion_and_stream_are_refused() -> None:
     with pytest.raises(ert.DeviceError, match="completion"):
         ThreadStreamDevice("teststream:bad", completion="poll")

@@ -189,6 +189,7 @@ def write(
 ) -> None:
     """Give ``t`` the version ``kernel(old, value, *operands, **static)``,
     ordered after every earlier reader of ``t`` and before every later one."""
+    _refuse_stream_device(t, name, value)
     if config.sync_active:  # wait before taking the lock: a kernel may issue writes
         for v in (t, value, *operands, *[r.result for r in list(getattr(t, "_readers", ()))]):
             if type(v) is Tensor and v._state == PENDING:
@@ -200,8 +201,24 @@ def write(
 def in_place(t: Tensor, compute: Callable[[], Tensor], op: str) -> Tensor:
     """``t op= x``: ``compute()`` reads ``t`` and its result replaces ``t``, with
     no other thread's write in between (it would be lost)."""
+    _refuse_stream_device(t, op, None)
     with _write_lock:
         return replace(t, compute(), op)
+
+
+def _refuse_stream_device(t: Tensor, op: str, value: Any) -> None:
+    # Versions, readers and holds here are host values; a stream device's
+    # values live on its streams, where writes would need their own ordering.
+    if t.device.completes_at_enqueue:
+        raise call_error(
+            DeviceError,
+            op,
+            (t,) if value is None else (t, value),
+            {},
+            f"in-place writes to {t.device.name} tensors are not supported yet; make a new "
+            "tensor instead (ert.where, ert.concat, arithmetic), or write on the host: "
+            "t.to('cpu')",
+        )
 
 
 def _write(
