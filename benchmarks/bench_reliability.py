@@ -93,16 +93,21 @@ def storm(result: dict[str, Any], tasks: int) -> None:
 
 
 # -- load: throughput, latency, queue ----------------------------------------------------
-async def _serve(n: int, compiled: bool) -> tuple[float, list[float]]:
-    """``n`` coroutines, each one request; (wall s, latency of each in s)."""
+async def _serve(n: int, compiled: bool | None) -> tuple[float, list[float]]:
+    """``n`` coroutines, each one request; (wall s, latency of each in s).
+    ``compiled``: the compiled model, the eager one, or (None) numpy by hand."""
     latencies: list[float] = []
     wrong: list[int] = []
 
     async def one(i: int) -> None:
         start = now_ns()
-        x = ert.asarray(test_load.request(i))
-        y = await test_load.compiled_model(x) if compiled else test_load.model(x)
-        got = await y
+        if compiled is None:
+            got = test_load.reference(i)
+            await anyio.lowlevel.checkpoint()  # as an await of a ready tensor may yield
+        else:
+            x = ert.asarray(test_load.request(i))
+            y = await test_load.compiled_model(x) if compiled else test_load.model(x)
+            got = await y
         latencies.append((now_ns() - start) / 1e9)
         if not np.allclose(got, test_load.EXPECTED[i % 7], rtol=1e-4, atol=1e-6):
             wrong.append(i)
@@ -158,6 +163,22 @@ def load(result: dict[str, Any], coroutines: int, rounds: int) -> None:
         add_row(result, f"  {name}: await latency p50", p50 * 1e3, "ms")
         add_row(result, f"  {name}: await latency p99", p99 * 1e3, "ms")
         add_row(result, f"  {name}: await latency max", lat[-1] * 1e3, "ms")
+    # The same load with the default settings (the small model's ops run inline),
+    # against numpy run by the same coroutines (task, check and all).
+    same = min(anyio.run(_serve, coroutines, None)[0] for _ in range(rounds))
+    f["load_numpy_coroutines_req_per_s"] = coroutines / same
+    add_row(result, "  numpy in the same coroutines", coroutines / same, "req/s")
+    for name in ("eager", "compiled"):
+        best = min(anyio.run(_serve, coroutines, name == "compiled")[0] for _ in range(rounds))
+        f[f"load_default_{name}_req_per_s"] = coroutines / best
+        add_row(
+            result,
+            f"  {name}, default settings (inline): throughput",
+            coroutines / best,
+            "req/s",
+            same / best,
+            "numpy in coroutines",
+        )
     f["load_coroutines"] = coroutines
     f["load_peak_queued"] = peak_queued
     f["load_queue_bound"] = BOUND
