@@ -8,6 +8,8 @@ the CUDA device; only the primitives differ.
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import sys
 import threading
 import time
@@ -404,3 +406,53 @@ def test_stream_work_shows_in_the_profiler_on_its_own_tracks(make_device) -> Non
     tracks = {(e.name, e.track) for e in prof.events if e.device == dev.name}
     assert any(n == "multiply" and t.startswith("compute") for n, t in tracks), tracks
     assert any(n == "upload" and t.startswith("h2d") for n, t in tracks), tracks
+
+
+# -- fork ------------------------------------------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("completion", ["callback", "watcher"])
+def test_a_forked_child_gets_fresh_streams_and_old_values_fail_clearly(
+    make_device, completion: str
+) -> None:
+    """The child has none of the parent's stream, completer or watcher threads:
+    new work gets new ones; a value made before the fork says why it can't be read."""
+    dev = make_device(completion=completion)
+    before = ert.asarray([1.0, 2.0], device=dev) * 2
+    assert before.numpy().tolist() == [2.0, 4.0]  # every thread of the device started
+    unread = before * 3  # enqueued in the parent, never read there
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            answer = b""
+            try:
+                fresh = (ert.asarray([1.0, 2.0], device=dev) + 1).numpy()
+                answer += b"fresh ok;" if fresh.tolist() == [2.0, 3.0] else b"fresh wrong;"
+            except BaseException as exc:
+                answer += f"fresh {type(exc).__name__};".encode()
+            if before.numpy().tolist() != [2.0, 4.0]:  # read before the fork: kept
+                answer += b"old copy lost;"
+            try:
+                unread.numpy()
+                answer += b"old read"
+            except ert.DeviceError as exc:
+                answer += b"old refused" if "forked" in str(exc) else b"old other"
+            except BaseException as exc:
+                answer += f"old {type(exc).__name__}".encode()
+            os.write(write, answer)
+        finally:
+            os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    answer = os.read(read, 256)
+    os.close(read)
+    assert answer == b"fresh ok;old refused"
+    assert unread.numpy().tolist() == [6.0, 12.0]  # the parent's device is untouched

@@ -43,8 +43,10 @@ from __future__ import annotations
 import collections
 import contextvars
 import itertools
+import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -79,7 +81,17 @@ class Stream:
     the device's first compute stream.
     """
 
-    __slots__ = ("_token", "device", "enqueued", "last_event", "lock", "name", "native", "seen")
+    __slots__ = (
+        "_token",
+        "device",
+        "enqueued",
+        "last_event",
+        "lock",
+        "lost",
+        "name",
+        "native",
+        "seen",
+    )
 
     def __init__(self, device: StreamDevice, name: str, native: Any) -> None:
         self.device = device
@@ -92,6 +104,8 @@ class Stream:
         #: Per other stream, the position up to which this stream already waits.
         self.seen: dict[Stream, int] = {}
         self.lock = threading.Lock()
+        #: A parent's stream, in a forked child: its thread and work stayed there.
+        self.lost = False
         self._token: list[contextvars.Token[Stream | None]] = []
 
     def __enter__(self) -> Stream:
@@ -199,6 +213,20 @@ class StreamDevice(Device):
         self._host_syncs = itertools.count()
         self._completer: queue.SimpleQueue[AsyncValue] | None = None
         self._watched: queue.SimpleQueue[tuple[Event, AsyncValue]] | None = None
+        _stream_devices.add(self)
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child: the parent's streams, completer and watcher threads
+        (and any lock they held) are gone. New work makes new ones; a value made
+        on an old stream is refused when read (its work ran in the parent)."""
+        for stream in self._streams.values():
+            stream.lost = True
+        self._streams = {}
+        self._lock = threading.Lock()
+        self._completer = None
+        self._watched = None
+        self._retired.clear()  # nothing runs on the old streams: nothing to wait for
+        self._retained.clear()
 
     # -- primitives a concrete device implements --------------------------------
     def _new_stream(self, kind: str) -> Any:
@@ -309,7 +337,8 @@ class StreamDevice(Device):
     def _pick_stream(self, values: Sequence[Any]) -> Stream:
         chosen = self._current.get()
         if chosen is not None:
-            return chosen
+            # ``with dev.stream(i):`` open across a fork: its stream in the child.
+            return chosen if not chosen.lost else self._stream(chosen.name, "compute")
         for v in values:
             if type(v) is DeviceValue and v.stream.name.startswith("compute"):
                 return v.stream
@@ -325,6 +354,7 @@ class StreamDevice(Device):
     def _event_of(self, value: DeviceValue) -> Event:
         """An event after ``value``'s work: the stream's latest one if it covers
         it, else a new one (recorded lazily: most values never need one)."""
+        _refuse_lost(value)
         event = value.event
         if event is None:
             stream = value.stream
@@ -338,6 +368,7 @@ class StreamDevice(Device):
 
     def _order_after(self, stream: Stream, value: DeviceValue) -> Event | None:
         """The event ``stream`` must wait for before reading ``value``, or None."""
+        _refuse_lost(value)
         source = value.stream
         if source is stream:
             return None
@@ -430,6 +461,8 @@ class StreamDevice(Device):
                 native, handle, users = retired.popleft()
             except IndexError:
                 break
+            if any(s.lost for s in users):
+                continue  # made before a fork: no stream here reads it
             events = []
             for s in users:
                 with s.lock:
@@ -605,6 +638,27 @@ class StreamDevice(Device):
             next(self._host_syncs)
             self._event_synchronize(event.native)
         self._tidy(None)
+
+
+def _refuse_lost(value: DeviceValue) -> None:
+    if value.stream.lost:
+        raise DeviceError(
+            f"{value.device.name}: this value was made before the process forked; its work "
+            "ran in the parent, on streams the child does not have. Make it again in the "
+            "child, or move it to the host (t.to('cpu')) before forking."
+        )
+
+
+_stream_devices: weakref.WeakSet[StreamDevice] = weakref.WeakSet()
+
+
+def _reset_stream_devices_after_fork() -> None:
+    for device in list(_stream_devices):
+        device._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_stream_devices_after_fork)
 
 
 def _complete_forever(completer: queue.SimpleQueue[AsyncValue]) -> None:

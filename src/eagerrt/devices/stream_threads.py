@@ -52,6 +52,9 @@ _log = logging.getLogger("eagerrt")
 _STOP = object()
 #: Pool blocks are multiples of this many bytes.
 _BLOCK_ALIGN = 256
+#: The marker of a block no stream can still be reading.
+_ALREADY = threading.Event()
+_ALREADY.set()
 
 
 class _ThreadStream:
@@ -159,11 +162,21 @@ class HostBlockPool:
         raw = block.raw[:nbytes].view(dtype).reshape(shape)
         return owning, raw
 
+    def _reset_after_fork(self) -> None:
+        # In a forked child no stream runs the parent's work: every free block
+        # (and any the parent's values give back later) is free for any stream.
+        self._lock = threading.Lock()
+        for block in self._free:
+            block.released = _ALREADY
+
     def _take(self, stream: _ThreadStream, size: int) -> _Block:
         while self._released:
             block = self._released.popleft()
             assert block.home is not None
-            block.released = self.device._marker(block.home)
+            if block.home.thread.is_alive():
+                block.released = self.device._marker(block.home)
+            else:  # a parent's stream, in a forked child: nothing reads it any more
+                block.released = _ALREADY
             self._free.append(block)
         for i, block in enumerate(self._free):
             if block.size != size:
@@ -233,6 +246,11 @@ class ThreadStreamDevice(StreamDevice):
         self.timeline: list[tuple[str, str, float, float]] | None = [] if timeline else None
         self._seeds = itertools.count(seed * 1000)
         self._threads: list[_ThreadStream] = []
+
+    def _reset_after_fork(self) -> None:
+        super()._reset_after_fork()
+        self._threads = []  # the parent's stream threads did not come along
+        self.pool._reset_after_fork()
 
     # -- primitives ---------------------------------------------------------------
     def _new_stream(self, kind: str) -> _ThreadStream:
