@@ -8,7 +8,10 @@ an order-dependent bug is found by some seed and replayed by it; dependencies
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import threading
+import time
 from typing import Any
 
 import anyio
@@ -287,3 +290,50 @@ def test_nothing_leaks_from_a_deterministic_block() -> None:
         for seed in range(3):
             tags_run(seed)
             write_program(seed, np.random.default_rng(seed))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_block_opening_on_another_thread_at_fork_does_not_lock_out_the_child(gate) -> None:
+    """A thread opening a block waits there for the work in flight: a fork then
+    must not leave the child unable to open one (the parent's lock stays held)."""
+    g = gate()
+    running = g()  # in flight: the other thread's block waits for it
+    opened = threading.Event()
+
+    def open_block() -> None:
+        with ert.deterministic(seed=1):
+            opened.set()
+
+    opener = threading.Thread(target=open_block)
+    opener.start()
+    time.sleep(0.2)  # the opener is inside deterministic(), waiting for `running`
+    assert not opened.is_set()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            # The work in flight was failed by the fork, so opening waits for nothing.
+            done = threading.Event()
+
+            def child_block() -> None:
+                with ert.deterministic(seed=2):
+                    y = ert.asarray([1.0]) + 1
+                done.set()
+                os.write(write, b"ok" if y.numpy().tolist() == [2.0] else b"wrong")
+
+            threading.Thread(target=child_block, daemon=True).start()
+            if not done.wait(10):
+                os.write(write, b"hung")
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    answer = os.read(read, 16)
+    os.close(read)
+    g.open()
+    opener.join(10)
+    assert opened.is_set()
+    assert running.numpy(timeout=10).tolist() == [0.0, 1.0, 2.0]
+    with contextlib.suppress(ert.KernelError, ert.EagerErrorGroup):
+        ert.synchronize(timeout=10)
+    assert answer == b"ok"

@@ -39,6 +39,7 @@ from . import async_value
 from .async_value import PENDING, AsyncValue, _drain, _trampoline
 from .config import config
 from .errors import ArgumentError, UsageError
+from .forking import renew_after_fork
 from .scheduler import Task, _outstanding
 
 __all__ = ["DeterministicRun", "deterministic"]
@@ -140,7 +141,9 @@ def _task_name(task: Task) -> str:
     return name if isinstance(name, str) else type(task).__name__.lstrip("_")
 
 
+# Held while an opening block waits for the work in flight (any length of time).
 _enter_lock = threading.Lock()
+renew_after_fork(__name__, "_enter_lock")
 
 
 @contextlib.contextmanager
