@@ -147,6 +147,17 @@ def test_pending_host_tensor_moves_once_ready(make_device, gate) -> None:
     np.testing.assert_array_equal(doubled.numpy(), np.arange(3.0) * 2)
 
 
+def test_synchronize_returns_after_a_pending_stream_tensor_moved_to_the_host(
+    make_device, gate
+) -> None:
+    dev = make_device()
+    opener = gate()
+    back = opener(np.arange(3.0)).to(dev).to("cpu")  # its download waits for the upload
+    opener.open()
+    ert.synchronize(timeout=10)  # timed out: the download's start was never done
+    np.testing.assert_array_equal(back.numpy(), np.arange(3.0))
+
+
 def test_between_two_stream_devices_through_the_host(make_device) -> None:
     a, b = make_device(), make_device()
     x = ert.asarray(np.arange(3.0), device=a) + 1

@@ -221,3 +221,26 @@ def test_measure_costs_times_each_step_and_recompiles_with_them() -> None:
     assert [s.cost for s in after.steps] == [sum(measured.values()) / 2] * 2
     assert [s.cost for s in before.steps] != [s.cost for s in after.steps]
     np.testing.assert_allclose(f(x).numpy(), (x.numpy() @ x.numpy()) @ x.numpy())
+
+
+def test_synchronize_returns_after_multi_segment_calls_and_their_replays(gate: Any) -> None:
+    """synchronize() waits for a multi-segment call's bookkeeping tasks (the
+    start parked on a pending input, the replay of a failed call) and returns
+    once they ran; it timed out though nothing was left to run."""
+    boom = ert.define_op("plan_test_boom_sync", rule=lambda x: (x.shape, x.dtype), replace=True)
+    boom.register_kernel("cpu", lambda x: 1 // 0)
+
+    def f(x: Any) -> Any:
+        return branches(x), boom(x).sum()
+
+    compiled = ert.function(f)
+    g = gate()
+    x = g(rng.standard_normal((64, 96)).astype("float32"))
+    with ert.config.override(inline_threshold_ns=0.0, graph_inline_threshold_ns=0.0):
+        good, bad = compiled(x)  # parked on x; its last segment fails: a replay follows
+        assert len(compiled.compiled_for(x).plan.segments) > 1
+        g.open()
+        with pytest.raises(ert.KernelError, match="plan_test_boom_sync"):
+            ert.synchronize(timeout=10)
+        assert good.is_ready() and bad.is_error()
+        ert.synchronize(timeout=30)  # nothing left: returns at once

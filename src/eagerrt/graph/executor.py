@@ -154,7 +154,10 @@ class _ReplayTask(Task):
     step: bool
 
     def run(self) -> None:
-        _fail(self.plan, self.inputs, self.results, self.failure, step=self.step)
+        try:
+            _fail(self.plan, self.inputs, self.results, self.failure, step=self.step)
+        finally:  # its own value, which synchronize() waits for: nothing else completes it
+            self.result._complete(READY, None)
 
 
 def _fail_later(call: _Call, executor: Any, failure: Failure, *, step: bool) -> None:
@@ -291,6 +294,12 @@ class _StartTask(Task):
     call: _Call
 
     def run(self) -> None:
+        try:
+            self._start()
+        finally:  # its own value, which synchronize() waits for: nothing else completes it
+            self.result._complete(READY, None)
+
+    def _start(self) -> None:
         call = self.call
         failed = next((t for t in call.inputs if t._state == ERROR), None)
         if failed is not None:

@@ -59,7 +59,10 @@ class _Start(Task):
     source: Tensor
 
     def run(self) -> None:
-        _start(self.source, self.out, self.site)
+        try:
+            _start(self.source, self.out, self.site)
+        finally:  # its own value, which synchronize() waits for: nothing else completes it
+            self.result._complete(READY, None)
 
 
 def _start(source: Tensor, result: Tensor, site: SourceLine | None) -> None:
