@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -234,6 +235,8 @@ def test_synchronize_returns_after_multi_segment_calls_and_their_replays(gate: A
         return branches(x), boom(x).sum()
 
     compiled = ert.function(f)
+    with contextlib.suppress(ert.KernelError, ert.EagerErrorGroup):
+        ert.synchronize(timeout=10)  # earlier tests' unread failures: not this test's
     g = gate()
     x = g(rng.standard_normal((64, 96)).astype("float32"))
     with ert.config.override(inline_threshold_ns=0.0, graph_inline_threshold_ns=0.0):
