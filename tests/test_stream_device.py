@@ -158,6 +158,29 @@ def test_synchronize_returns_after_a_pending_stream_tensor_moved_to_the_host(
     np.testing.assert_array_equal(back.numpy(), np.arange(3.0))
 
 
+@pytest.mark.parametrize("completion", ["callback", "watcher"])
+def test_a_full_worker_queue_never_runs_work_on_the_device_completion_thread(
+    make_device, completion: str
+) -> None:
+    """Backpressure runs a task on the thread that offloads it when the queue is
+    full, but not on the thread that completes the device's events: a kernel
+    reading device data there would wait for that thread itself."""
+    dev = make_device(completion=completion)
+    other = ert.asarray([5.0, 6.0], device=dev) * 2
+    peek = ert.define_op(
+        "test_stream_peek_host",
+        rule=lambda x: (x.shape, x.dtype),
+        cost=lambda *args, **static: 1e12,  # always offloaded to a worker
+        replace=True,
+    )
+    # A host read of device data, in a kernel.
+    peek.register_kernel("cpu", lambda x: x + other.to("cpu").numpy(timeout=5))
+    with ert.config.override(max_queued_tasks=0):  # the queue is always full
+        moved = ert.asarray([1.0, 2.0], device=dev).to("cpu")  # completed on that thread
+        out = peek(moved)  # offloaded from there once `moved` is ready
+        np.testing.assert_array_equal(out.numpy(timeout=20), [11.0, 14.0])
+
+
 def test_between_two_stream_devices_through_the_host(make_device) -> None:
     a, b = make_device(), make_device()
     x = ert.asarray(np.arange(3.0), device=a) + 1

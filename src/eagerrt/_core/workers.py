@@ -9,6 +9,8 @@ thread is busy meanwhile and so issues no more work: a flood of submitters
 advances at the workers' pace, and the queue (with the inputs and results its
 tasks hold) never grows past the bound. Running instead of blocking means no
 wait can deadlock: the submitter never depends on a worker to make progress.
+Threads that other work waits on (a stream device's completer and watcher)
+always queue: a task run there could wait for that thread's own next step.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class WorkerPool:
         if not self._threads:
             self._start()
         queued = self._queue.qsize()
-        if queued >= config.max_queued_tasks:
+        if queued >= config.max_queued_tasks and not getattr(_thread, "never_runs_tasks", False):
             next(self._ran_by_caller)
             try:
                 task()
@@ -150,6 +152,14 @@ class WorkerPool:
 
 
 _pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+_thread = threading.local()
+
+
+def never_run_tasks_here() -> None:
+    """Mark this thread as one others wait on (a device's event completer):
+    a full queue still takes its tasks instead of running them here, where a
+    task waiting for that thread's own work would never finish."""
+    _thread.never_runs_tasks = True
 
 
 def _reset_pools_after_fork() -> None:

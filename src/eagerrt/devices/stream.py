@@ -55,7 +55,7 @@ import numpy as np
 from .._core.async_value import READY, AsyncValue
 from .._core.errors import DeviceError, EagerError
 from .._core.scheduler import Executor
-from .._core.workers import _count_value
+from .._core.workers import _count_value, never_run_tasks_here
 from .base import Device
 
 __all__ = ["COMPLETIONS", "DeviceMemoryError", "DeviceValue", "Event", "Stream", "StreamDevice"]
@@ -612,6 +612,7 @@ class StreamDevice(Device):
         watched.put((event, done))
 
     def _watch_forever(self, watched: queue.SimpleQueue[tuple[Event, AsyncValue]]) -> None:
+        never_run_tasks_here()  # completions run continuations here: they must not block it
         pending: list[tuple[Event, AsyncValue]] = []
         while True:
             if not pending:
@@ -662,6 +663,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def _complete_forever(completer: queue.SimpleQueue[AsyncValue]) -> None:
+    never_run_tasks_here()  # completions run continuations here: they must not block it
     while True:
         completer.get()._complete(READY, None)
 
