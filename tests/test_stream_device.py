@@ -181,6 +181,45 @@ def test_a_full_worker_queue_never_runs_work_on_the_device_completion_thread(
         np.testing.assert_array_equal(out.numpy(timeout=20), [11.0, 14.0])
 
 
+def test_threads_use_the_same_stream_block_at_once(make_device) -> None:
+    """``with dev.stream(1):`` in two threads whose blocks overlap: each ends its
+    own (the replaced stream is saved per thread, not on the shared stream)."""
+    dev = make_device(compute_streams=2)
+    first_in, second_in = threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def first() -> None:
+        try:
+            with dev.stream(1):
+                first_in.set()
+                second_in.wait(10)
+                seen["first inside"] = dev._pick_stream([]).name
+            seen["first after"] = dev._pick_stream([]).name
+        except Exception as exc:
+            seen["first"] = exc
+
+    def second() -> None:
+        first_in.wait(10)
+        try:
+            with dev.stream(1):
+                second_in.set()
+                time.sleep(0.2)  # the first thread leaves its block meanwhile
+            seen["second after"] = dev._pick_stream([]).name
+        except Exception as exc:
+            seen["second"] = exc
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {
+        "first inside": "compute1",
+        "first after": "compute0",
+        "second after": "compute0",
+    }
+
+
 def test_between_two_stream_devices_through_the_host(make_device) -> None:
     a, b = make_device(), make_device()
     x = ert.asarray(np.arange(3.0), device=a) + 1

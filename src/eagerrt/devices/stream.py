@@ -82,7 +82,6 @@ class Stream:
     """
 
     __slots__ = (
-        "_token",
         "device",
         "enqueued",
         "last_event",
@@ -106,14 +105,20 @@ class Stream:
         self.lock = threading.Lock()
         #: A parent's stream, in a forked child: its thread and work stayed there.
         self.lost = False
-        self._token: list[contextvars.Token[Stream | None]] = []
 
+    # The stream it replaces is saved per thread or task (a context variable),
+    # not on the stream: threads and tasks enter the same stream at once.
     def __enter__(self) -> Stream:
-        self._token.append(self.device._current.set(self))
+        device = self.device
+        device._saved.set((*device._saved.get(), device._current.get()))
+        device._current.set(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.device._current.reset(self._token.pop())
+        device = self.device
+        saved = device._saved.get()
+        device._current.set(saved[-1])
+        device._saved.set(saved[:-1])
 
     def __repr__(self) -> str:
         return f"<stream {self.name} of {self.device.name}>"
@@ -204,6 +209,10 @@ class StreamDevice(Device):
         self._lock = threading.Lock()
         self._current: contextvars.ContextVar[Stream | None] = contextvars.ContextVar(
             f"eagerrt-stream-{name}", default=None
+        )
+        #: The streams that ``with stream:`` blocks open here replaced, innermost last.
+        self._saved: contextvars.ContextVar[tuple[Stream | None, ...]] = contextvars.ContextVar(
+            f"eagerrt-stream-saved-{name}", default=()
         )
         self._inline = _InlineExecutor()
         # (native, handle, users) of values dropped by the host, and (events,
