@@ -623,3 +623,84 @@ def test_a_stream_device_that_reports_nothing_still_shows_its_ops(
         assert multiply.source is not None and multiply.source.lineno == _line_of("silent line")
     finally:
         dev.shutdown()
+
+
+# -- a profile stopping on another thread while a call reads it --------------------------
+def _stopped_right_after_reading_active(prof: Any, function: str, call: Any) -> Any:
+    """``call()``, with ``prof`` stopped (as another thread leaving its block
+    would) at the first line ``function`` runs after a line reading
+    ``profiling.active``: a call must read the active profile once and keep it."""
+    import linecache
+
+    stopped: list[bool] = []
+    previous: dict[int, str] = {}  # frame id -> the last line it ran
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            if not stopped and "profiling.active" in previous.get(id(frame), ""):
+                profiling.stop(prof)
+                stopped.append(True)
+            previous[id(frame)] = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_name == function else None
+
+    old = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        out = call()
+    finally:
+        sys.settrace(old)
+    assert stopped, f"{function} never read profiling.active"
+    return out
+
+
+def test_a_compiled_call_survives_the_profile_stopping_on_another_thread() -> None:
+    @ert.function
+    def f(x: ert.Tensor) -> ert.Tensor:
+        return x * 2 + 1
+
+    x = ert.ones(3)
+    f(x).numpy()  # traced and compiled before the profile
+    with ert.profile() as prof:
+        y = _stopped_right_after_reading_active(prof, "run_plan", lambda: f(x))
+    assert y.numpy().tolist() == [3.0, 3.0, 3.0]
+
+
+def test_an_inline_write_survives_the_profile_stopping_on_another_thread() -> None:
+    t = ert.zeros(3)
+    with ert.profile() as prof:
+
+        def write() -> None:
+            t[0] = 5.0
+
+        _stopped_right_after_reading_active(prof, "_write", write)
+    assert t.numpy().tolist() == [5.0, 0.0, 0.0]
+
+
+def test_a_parked_write_survives_the_profile_stopping_on_another_thread(gate: Any) -> None:
+    heavy = _heavy("profiler_heavy_stopped_write")
+    g = gate()
+    with ert.profile() as prof:
+        y = heavy(g())
+
+        def write() -> None:
+            y[0] = 5.0
+
+        _stopped_right_after_reading_active(prof, "_write", write)
+        g.open()
+    assert y.numpy().tolist()[0] == 5.0
+    y[1] = 6.0  # nothing was left reading y: a later write goes through
+    assert y.numpy().tolist()[:2] == [5.0, 6.0]
+
+
+def test_an_eager_cond_survives_the_profile_stopping_on_another_thread() -> None:
+    x = ert.ones(2)
+    with ert.profile() as prof:
+        y = _stopped_right_after_reading_active(
+            prof,
+            "_run_eagerly",
+            lambda: ert.cond(ert.asarray(True), lambda v: v + 1, lambda v: v, x),
+        )
+    assert y.numpy().tolist() == [2.0, 2.0]

@@ -487,9 +487,10 @@ def _run_eagerly(
         return _run_eagerly(op, args, static, types, site)
     cost = op.cost((), None, *args, **static)
     observed = None
-    if profiling.active is not None:
+    recording = profiling.active  # read once: another thread may stop it
+    if recording is not None:
         device = types[0].device.name
-        observed = recorded_control_flow.Observed(profiling.active, name, device, args, site)
+        observed = recorded_control_flow.Observed(recording, name, device, args, site)
     if not pending and cost <= config.inline_limit_ns:
         count_inline()
         try:

@@ -46,8 +46,9 @@ def run_plan(plan: Plan | OpByOpPlan, inputs: list[Tensor]) -> list[Tensor]:
                 break
         else:  # the synchronous interpreter: run now, on this thread
             count_inline()
-            if profiling.active is not None:
-                return _run_now_recorded(profiling.active, plan, inputs)
+            recording = profiling.active  # read once: another thread may stop it
+            if recording is not None:
+                return _run_now_recorded(recording, plan, inputs)
             return _run_now(plan, [t._value for t in inputs])
         if plan.replay is not None and all(t._state != PENDING for t in inputs):
             return _replayed(plan, [t._value for t in inputs])  # a failed input

@@ -250,9 +250,10 @@ def _write(
         if t._state == PENDING:
             t.wait()
     fits_inline = cost <= config.inline_limit_ns or config.sync_active
+    recording = profiling.active  # read once: another thread may stop it
     if t._state == READY and not waits and not failed and fits_inline:
-        if profiling.active is not None:
-            _write_now_recorded(profiling.active, t, name, kernel, value, operands, static)
+        if recording is not None:
+            _write_now_recorded(recording, t, name, kernel, value, operands, static)
         else:
             _write_now(t, name, kernel, value, operands, static)
         return
@@ -264,8 +265,8 @@ def _write(
     for o in inputs:  # a later write to the value must wait for this read
         if o is not t:
             o._track_reader(task)
-    if profiling.active is not None:  # its event depends on the value and t's old version
-        task.compute = profiling.active.launched(
+    if recording is not None:  # its event depends on the value and t's old version
+        task.compute = recording.launched(
             name, t.device.name, task.compute, (value, *operands, t), t, task.site, cost
         )
     with _transition_lock:
