@@ -336,6 +336,28 @@ async def test_a_failed_tensor_is_the_items_failure() -> None:
     assert isinstance(info.value.__cause__, ert.KernelError)
 
 
+@pytest.mark.parametrize("measured", ["item", "result"])
+async def test_a_failing_size_is_that_items_failure(measured: str) -> None:
+    # size() is the user's code too: failing on an item (or on its result) it
+    # fails that item like fn would, not the whole run with an ExceptionGroup.
+    def size(x: int) -> int:
+        if x == (3 if measured == "item" else 30):
+            raise TypeError(f"can't size {x}")
+        return 1
+
+    got = []
+    with pytest.raises(ert.PipelineError, match="failed on item 3 ") as info:
+        async with ert.pipeline.map(
+            lambda i: i * 10, range(6), size=size, max_bytes=100, concurrency=1, name="tens"
+        ) as results:
+            async for r in results:
+                got.append(r)
+    assert got == [0, 10, 20]
+    assert (info.value.stage, info.value.index, info.value.item) == ("tens", 3, 3)
+    assert isinstance(info.value.__cause__, TypeError)
+    assert_no_tasks_left()
+
+
 async def test_a_failing_source_is_reported_after_the_items_it_gave() -> None:
     async def broken() -> AsyncIterator[int]:
         yield 0

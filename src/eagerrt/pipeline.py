@@ -436,10 +436,14 @@ class _Run(Generic[R]):
                 failure.__cause__ = error
                 self._fail(seq, failure)
                 return
+            try:
+                item_size = stage.size(item)
+            except Exception as error:  # the user's size() failing is this item's failure
+                self._fail(seq, _item_error(stage.name, origin, item, error))
+                return
             self._pulled += 1
             stats.in_flight += 1
             stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
-            item_size = stage.size(item)
             while stats.bytes_in_flight > 0 and stats.bytes_in_flight + item_size > max_bytes:
                 await self._changed.wait()
             self._charge(seq, item_size)
@@ -469,13 +473,14 @@ class _Run(Generic[R]):
                 start = time.perf_counter()
                 try:
                     result = await self._call(item)
+                    result_size = stage.size(result)
                 except Exception as error:
                     self._fail(seq, _item_error(stage.name, origin, item, error))
                     return
                 finally:
                     stats.running -= 1
                     stats.busy_s += time.perf_counter() - start
-                self._charge(seq, stage.size(result))
+                self._charge(seq, result_size)
                 self._done[seq] = (origin, result)
                 if not stage.ordered:
                     self._finished.append(seq)
