@@ -529,3 +529,17 @@ def test_a_forked_child_gets_fresh_streams_and_old_values_fail_clearly(
     os.close(read)
     assert answer == b"fresh ok;old refused"
     assert unread.numpy().tolist() == [6.0, 12.0]  # the parent's device is untouched
+
+
+def test_leaving_a_profile_waits_for_the_stream_work_it_saw_launched(make_device) -> None:
+    # The op is ready once enqueued; its event comes from the stream when the
+    # work has run. Leaving the block must wait for that report, as it waits
+    # for ops on host workers: else the event is missing, and lands later.
+    dev = make_device(delay=0.05)
+    x = ert.asarray(np.ones(8), device=dev)
+    (x + 0).numpy()
+    with ert.profile() as prof:
+        _ = x * 2  # not awaited
+    (multiply,) = [e for e in prof.events if e.name == "multiply"]
+    assert multiply.track.startswith("compute")
+    assert prof.end_ns is not None and multiply.end_ns <= prof.end_ns

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .async_value import AsyncValue
 from .config import config
 from .errors import SourceLine, user_line
 
@@ -334,6 +335,7 @@ class Launch:
         "outer",
         "queued_ns",
         "recording",
+        "reported",
         "source",
         "taken",
     )
@@ -354,6 +356,21 @@ class Launch:
         self.name = ""
         self.device = ""
         self.outer: Launch | None = None
+        #: Set when a device takes the launch: the profile, leaving its block,
+        #: waits for the device's report (see :func:`launching`).
+        self.reported: AsyncValue | None = None
+
+    def _await_report(self) -> Launch:
+        if self.reported is None:
+            self.reported = AsyncValue()
+            self.recording.expect(self.event_id, self.reported)
+        return self
+
+    def _report_done(self) -> None:
+        reported, self.reported = self.reported, None
+        if reported is not None:
+            self.recording.done(self.event_id)
+            reported.set_value(None)
 
     def launched(self, result: Any, failed: bool) -> None:
         """The op's enqueue returned ``result``: it names this launch's event.
@@ -381,6 +398,7 @@ class Launch:
                     None,
                 )
             )
+            self._report_done()  # a failed enqueue: the device will report nothing
         recording.produced(result, self.event_id)
 
 
@@ -389,7 +407,9 @@ def launching() -> Launch | None:
     :func:`record` as ``launch=`` when it reports that work (None when no
     profile records). Call it on the thread enqueueing the work: inside an op's
     enqueue it is that op's launch (its event id, dependencies and line); for
-    other work (a copy) a new one with the user's line.
+    other work (a copy) a new one with the user's line. Report the work with
+    it once it has run (even if it failed): leaving the profile's block waits
+    for that report.
 
     >>> from eagerrt._core import profiling
     >>> profiling.launching() is None  # no profile recording
@@ -398,11 +418,11 @@ def launching() -> Launch | None:
     launch: Launch | None = getattr(_thread, "launch", None)
     if launch is not None:
         launch.taken = True
-        return launch
+        return launch._await_report()
     recording = active
     if recording is None:
         return None
-    return Launch(recording, recording.new_id(), (), user_line())
+    return Launch(recording, recording.new_id(), (), user_line())._await_report()
 
 
 def track_name() -> str:
@@ -503,6 +523,7 @@ def record(
         )
         for value in outputs:
             recording.produced(value, launch.event_id)
+        launch._report_done()
         return launch.event_id
     current = active
     if current is None:
