@@ -543,3 +543,28 @@ def test_leaving_a_profile_waits_for_the_stream_work_it_saw_launched(make_device
     (multiply,) = [e for e in prof.events if e.name == "multiply"]
     assert multiply.track.startswith("compute")
     assert prof.end_ns is not None and multiply.end_ns <= prof.end_ns
+
+
+def test_an_enqueue_interrupted_in_a_profile_leaves_no_launch_behind(
+    make_device, monkeypatch
+) -> None:
+    # An op's launch is this thread's while it enqueues; an enqueue escaping
+    # with a BaseException (Ctrl-C) must not leave it there, or later copies
+    # on this thread report into that op's event of that old profile.
+    from eagerrt._core import profiling
+
+    class Interrupt(BaseException):
+        pass
+
+    dev = make_device()
+    x = ert.asarray(np.ones(4), device=dev)
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise Interrupt
+
+    with pytest.raises(Interrupt), ert.profile():
+        monkeypatch.setattr(dev.pool, "allocate", interrupted)
+        _ = x * 2
+    monkeypatch.undo()
+    assert profiling.launching() is None  # no profile records now
+    assert (x * 2).numpy().tolist() == [2.0] * 4

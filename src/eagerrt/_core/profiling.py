@@ -372,6 +372,11 @@ class Launch:
             self.recording.done(self.event_id)
             reported.set_value(None)
 
+    def abandoned(self) -> None:
+        """The op's enqueue was interrupted: no result, nothing more to wait for."""
+        _thread.launch = self.outer
+        self._report_done()
+
     def launched(self, result: Any, failed: bool) -> None:
         """The op's enqueue returned ``result``: it names this launch's event.
         If no device took the launch to report the work, the enqueue itself is

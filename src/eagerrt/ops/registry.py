@@ -570,6 +570,10 @@ class Op:
             value = dev.enqueue(self, kernel, values, static, shape, dtype)
         except Exception as exc:  # out of memory, a kernel refusing its operands
             result = self._failed(exc, shape, dtype, dev)
+        except BaseException:  # Ctrl-C: this thread's launch must not outlive the call
+            if launching is not None:
+                launching.abandoned()
+            raise
         else:
             result = Tensor._ready(value, shape, dtype, dev, self.name)
         if launching is not None:
