@@ -176,6 +176,23 @@ async def test_a_failed_tensor_fails_its_batch() -> None:
     assert isinstance(info.value.__cause__, ert.KernelError)
 
 
+async def test_a_failed_example_fails_only_its_caller() -> None:
+    # A caller's own input failing is that caller's error, not a model failure
+    # of a batch shared with callers whose examples were fine.
+    model = Model()
+    failed = ert.take(ert.asarray(row(1.0)), ert.asarray([0, 1, 99]))  # out of range
+    batcher = MicroBatcher(model, max_batch_size=4, max_wait=0.2)
+    async with batcher, anyio.create_task_group() as tg:
+        callers = Callers(tg, batcher)
+        await callers.start(0, row(1.0))
+        await callers.start(1, failed)
+        await callers.start(2, row(2.0))
+    assert sorted(callers.results) == [0, 2] and list(callers.errors) == [1]
+    assert callers.results[2].numpy().tolist() == [4.0] * 3
+    assert isinstance(callers.errors[1], ert.KernelError)
+    assert model.batch_sizes == [2]
+
+
 async def test_examples_of_different_shapes_are_batched_apart() -> None:
     model = Model()
     async with (

@@ -35,9 +35,11 @@ Failures. If the model raises (or a tensor it returns fails), every caller of
 that batch, and only of that batch, gets a :class:`~eagerrt.BatchError` with the
 model's exception chained. A caller cancelled before its batch forms is dropped
 from the queue; one cancelled later doesn't disturb the batch, its row is just
-not delivered. Leaving the ``async with`` block normally serves every request
-already queued, then stops; leaving it with an error or a cancellation fails the
-requests still waiting with a BatchError.
+not delivered. An example tensor is awaited before it is queued: if it failed,
+its caller alone gets its :class:`~eagerrt.KernelError`. Leaving the
+``async with`` block normally serves every request already queued, then stops;
+leaving it with an error or a cancellation fails the requests still waiting
+with a BatchError.
 """
 
 from __future__ import annotations
@@ -212,6 +214,9 @@ class MicroBatcher:
 
     # -- callers ------------------------------------------------------------------------
     async def __call__(self, *example: Any) -> Any:
+        for x in example:  # first: the batcher may close meanwhile
+            if isinstance(x, Tensor):  # a failed example: its caller's error, not its batch's
+                await resolve(x)
         if self._state != "open":
             raise UsageError(
                 f"this MicroBatcher is {self._state}: call it inside "
