@@ -169,3 +169,27 @@ def test_a_failed_call_still_samples_its_random_outputs(clean_errors: None) -> N
     failed, sample = (read(t) for t in f(ert.asarray(X)))
     assert isinstance(failed, ert.KernelError)
     assert sample.shape == (4,) and ((sample >= 1) & (sample < 2)).all()
+
+
+def test_a_profiled_segment_failing_outside_its_steps_replays_instead_of_hanging(
+    monkeypatch: pytest.MonkeyPatch, clean_errors: None
+) -> None:
+    from eagerrt.graph.plan import Plan
+
+    f = ert.function(without_failing_step)
+    with ert.config.override(**PATHS["segments"]):
+        x, y = ert.asarray(X), ert.asarray(Y)
+        f(x, y)  # compile outside the profile
+        check_segments(f, "segments", x, y)
+
+        def broken(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("not a step's failure")
+
+        monkeypatch.setattr(Plan, "run_steps", broken)
+        with ert.profile():
+            outputs = f(x, y)
+            got = [read(t) for t in outputs]
+    # The call fails over to its op-by-op replay, which gives every output.
+    want = [t.numpy() for t in without_failing_step(x, y)]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5)

@@ -275,6 +275,10 @@ class _SegmentTask(Task):
                 call.failure = call.failure or exc.failure
                 done._complete(ERROR, call.failure)
                 return
+            except Exception as exc:  # outside any step: still never leave the call waiting
+                call.failure = call.failure or call.plan.failure(exc)
+                done._complete(ERROR, call.failure)
+                return
             done._complete(READY, None)
             return
         assert call.ctx is not None
