@@ -28,7 +28,7 @@ from .._core.errors import Failure, SourceLine, user_line
 from .._core.scheduler import Task, count_inline, schedule
 from ..tensor import Tensor
 from .op_by_op import OpByOpPlan
-from .plan import Context, Plan, Step, StepFailed
+from .plan import Context, Plan, StepFailed
 
 __all__ = ["run_plan"]
 
@@ -409,37 +409,16 @@ def _device_name(plan: Plan, inputs: list[Tensor]) -> str:
 
 def _step_recorder(call: _Call, track: str, inline: bool) -> Any:
     """``on_step`` for :meth:`Plan.run_steps`: records each step of ``call``."""
-    recording = call.recording
-    assert recording is not None
-    made = call.made
-    device = _device_name(call.plan, call.inputs)
-
-    def on_step(step: Step, start: int, end: int, failed: bool) -> None:
-        node = step.node
-        eid = recording.new_id()
-        deps = tuple(dict.fromkeys(made[v.id] for v in node.value_inputs() if v.id in made))
-        recording.add(
-            (
-                eid,
-                node.name,
-                "step",
-                device,
-                track,
-                call.queued_ns,
-                start,
-                end,
-                inline,
-                node.site,
-                deps,
-                call.call_id,
-                failed,
-                None,
-            )
-        )
-        for v in node.outputs:
-            made[v.id] = eid
-
-    return on_step
+    assert call.recording is not None
+    return Plan.step_recorder(
+        call.recording,
+        call.made,
+        device=_device_name(call.plan, call.inputs),
+        track=track,
+        inline=inline,
+        parent=call.call_id,
+        queued_ns=call.queued_ns,
+    )
 
 
 def _execute_recorded(

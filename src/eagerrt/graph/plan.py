@@ -153,6 +153,49 @@ class Plan:
             for v, r in zip(node.outputs, results, strict=True):
                 values[v.id] = r
 
+    @staticmethod
+    def step_recorder(
+        recording: Any,
+        made: dict[int, int],
+        *,
+        device: str,
+        track: str,
+        inline: bool,
+        parent: int | None,
+        queued_ns: int | None = None,
+    ) -> Callable[[Step, int, int, bool], None]:
+        """An ``on_step`` for :meth:`run_steps` that records each step as a
+        profile event under ``parent``; ``made`` maps value ids to the events
+        that made them (seeded with the inputs' producers, grown per step)."""
+
+        def on_step(step: Step, start: int, end: int, failed: bool) -> None:
+            node = step.node
+            eid = recording.new_id()
+            deps = tuple(dict.fromkeys(made[v.id] for v in node.value_inputs() if v.id in made))
+            queued = start if queued_ns is None else queued_ns
+            recording.add(
+                (
+                    eid,
+                    node.name,
+                    "step",
+                    device,
+                    track,
+                    queued,
+                    start,
+                    end,
+                    inline,
+                    node.site,
+                    deps,
+                    parent,
+                    failed,
+                    None,
+                )
+            )
+            for v in node.outputs:
+                made[v.id] = eid
+
+        return on_step
+
     def time_steps(self, inputs: list[Any], repeats: int = 3) -> list[float]:
         """Each step's best time in nanoseconds over ``repeats`` runs, step by
         step with the eager kernels (for the cost model, not for speed)."""

@@ -27,7 +27,7 @@ from typing import Any
 
 from .._core import profiling
 from .._core.errors import SourceLine
-from .plan import Plan, Step
+from .plan import Plan
 
 __all__: list[str] = []
 
@@ -132,38 +132,14 @@ class Observed:
         (raises :class:`~eagerrt.graph.plan.StepFailed` as ``plan.execute`` does)."""
         if self.depth == 0:
             self.runs.append(plan)
-        recording = self.recording
-        parent = self.event_id
-        device = self.device
-        inline = self.inline
-        track = profiling.track_name()
-        made: dict[int, int] = {}  # value id -> the step event that made it
-
-        def on_step(step: Step, start: int, end: int, failed: bool) -> None:
-            node = step.node
-            eid = recording.new_id()
-            deps = tuple(dict.fromkeys(made[v.id] for v in node.value_inputs() if v.id in made))
-            recording.add(
-                (
-                    eid,
-                    node.name,
-                    "step",
-                    device,
-                    track,
-                    start,
-                    start,
-                    end,
-                    inline,
-                    node.site,
-                    deps,
-                    parent,
-                    failed,
-                    None,
-                )
-            )
-            for v in node.outputs:
-                made[v.id] = eid
-
+        on_step = Plan.step_recorder(
+            self.recording,
+            {},  # value id -> the step event that made it
+            device=self.device,
+            track=profiling.track_name(),
+            inline=self.inline,
+            parent=self.event_id,
+        )
         values = plan.step_values(arrays)
         self.depth += 1
         try:
