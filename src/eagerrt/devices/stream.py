@@ -415,17 +415,6 @@ class StreamDevice(Device):
         exception here (out of memory, a kernel refusing its operands at
         launch) becomes the result's failure.
         """
-        return self._enqueue_values(op, kernel, values, static, shape, dtype)
-
-    def _enqueue_values(
-        self,
-        op: Any,
-        kernel: Callable[..., Any],
-        values: Sequence[Any],
-        static: dict[str, Any],
-        shape: tuple[int, ...],
-        dtype: np.dtype[Any],
-    ) -> DeviceValue:
         if self._retired or self._retained:
             self._tidy(_RELEASE_CHECKS)
         stream = self._pick_stream(values)
