@@ -29,19 +29,8 @@ import numpy as np
 
 import eagerrt as ert
 from _common import add_row, add_target, bench_main, finish, interleave_async, new_result, now_ns
+from bench_tiny_model import _eager_model, _numpy_model  # the same tiny model
 from eagerrt._core import profiling
-
-
-async def _eager_model(x: ert.Tensor, w: ert.Tensor, n: int) -> np.ndarray:
-    for _ in range(n):
-        x = x @ w
-    return await x
-
-
-def _numpy_model(x: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
-    for _ in range(n):
-        x = x @ w
-    return x
 
 
 def _hook_ns(loops: int) -> float:
