@@ -73,6 +73,7 @@ def random_resnet18(seed: int = 0) -> ResNet18CIFAR:
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.BatchNorm2d):
+                assert module.running_mean is not None and module.running_var is not None
                 module.weight.uniform_(0.5, 1.5)
                 module.bias.uniform_(-0.2, 0.2)
                 module.running_mean.uniform_(-0.2, 0.2)

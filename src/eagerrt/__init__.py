@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from . import devices, fft, graph, linalg, lowlevel, pipeline, serving
+from . import devices, fft, graph, linalg, lowlevel, pipeline, serving, weights
 from ._core.config import Config, config, sync_mode
 from ._core.deterministic import deterministic
 from ._core.errors import (
@@ -34,6 +34,7 @@ from ._core.errors import (
     UsageError,
     ValueRangeError,
     WaitTimeoutError,
+    WeightsError,
 )
 from ._core.scheduler import EagerErrorGroup, Stats, stats, synchronize
 from .calibrate import calibrate
@@ -100,6 +101,7 @@ __all__ = [
     "UsageError",
     "ValueRangeError",
     "WaitTimeoutError",
+    "WeightsError",
     "__array_api_version__",
     "__array_namespace_info__",
     "__version__",
@@ -126,6 +128,7 @@ __all__ = [
     "stats",
     "sync_mode",
     "synchronize",
+    "weights",
     "while_loop",
     *_dtypes_all,
     *_ops_all,

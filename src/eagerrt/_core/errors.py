@@ -38,6 +38,7 @@ __all__ = [
     "UsageError",
     "ValueRangeError",
     "WaitTimeoutError",
+    "WeightsError",
     "take_unobserved",
     "user_line",
 ]
@@ -121,6 +122,11 @@ class BatchError(EagerError, RuntimeError):
 
 class WaitTimeoutError(EagerError, TimeoutError):
     """A blocking wait ran out of time before the value was available."""
+
+
+class WeightsError(UsageError, ValueError):
+    """Model weights could not be loaded or don't fit the model (``ert.weights``): a
+    corrupt file, a missing, unexpected or mis-shaped name."""
 
 
 class SourceLine(NamedTuple):
