@@ -15,7 +15,9 @@ np.float32(2.0)
 
 from __future__ import annotations
 
+import importlib
 import math
+from typing import Any
 
 from . import devices, fft, graph, linalg, lowlevel, pipeline, serving, weights
 from ._core.config import Config, config, sync_mode
@@ -80,6 +82,15 @@ pi = math.pi
 inf = math.inf
 nan = math.nan
 newaxis = None
+
+
+def __getattr__(name: str) -> Any:
+    # ert.onnx is imported on first use: it registers its own ops and its loader
+    # needs the onnx package (the models extra), which `import eagerrt` must not.
+    if name == "onnx":
+        return importlib.import_module(".onnx", __name__)
+    raise AttributeError(f"module 'eagerrt' has no attribute {name!r}")
+
 
 __all__ = [
     "ArgumentError",

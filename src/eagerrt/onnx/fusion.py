@@ -1,0 +1,142 @@
+"""Load-time rewrites of ONNX subgraphs into single eagerrt ops.
+
+Exporters spell GELU out as ``x * 0.5 * (1 + erf(x / sqrt(2)))`` (five nodes
+per use in a BERT layer). Rewritten into one ``Gelu`` node it runs as
+:func:`eagerrt.gelu`, which graph mode fuses with its neighbours, and needs no
+``erf`` kernel at all. ONNX Runtime does the same rewrite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .graph import Node
+
+__all__ = ["fuse_gelu"]
+
+
+def _scalar(name: str, constants: Mapping[str, Any], expected: float, rel: float = 1e-6) -> bool:
+    value = constants.get(name)
+    if value is None:
+        return False
+    value = np.asarray(value)
+    return (
+        value.size == 1
+        and value.dtype.kind == "f"
+        and math.isclose(float(value.reshape(())), expected, rel_tol=rel)
+    )
+
+
+def _other(node: Node, name: str) -> str | None:
+    """The input of a two-input node that is not ``name``."""
+    if len(node.inputs) != 2 or name not in node.inputs:
+        return None
+    a, b = node.inputs
+    return b if a == name else a
+
+
+def fuse_gelu(
+    nodes: Sequence[Node], constants: Mapping[str, Any], graph_outputs: set[str]
+) -> list[Node]:
+    """``nodes`` with every ``x / sqrt(2) -> Erf -> + 1 -> * x -> * 0.5`` chain
+    (operands in either order; ``x * 0.5`` may come first) replaced by one
+    ``Gelu`` node. ``constants`` holds the values of initializers and
+    ``Constant`` nodes by name; intermediate values used elsewhere stop a rewrite."""
+    producer: dict[str, Node] = {}
+    consumers: dict[str, list[Node]] = defaultdict(list)
+    for node in nodes:
+        for out in node.outputs:
+            producer[out] = node
+        for name in node.inputs:
+            consumers[name].append(node)
+
+    def only_consumer(name: str, op_type: str) -> Node | None:
+        users = consumers.get(name, [])
+        if name in graph_outputs or len(users) != 1 or users[0].op_type != op_type:
+            return None
+        return users[0]
+
+    position = {id(node): i for i, node in enumerate(nodes)}
+    removed: set[int] = set()
+    replacement: dict[int, Node] = {}
+    for erf in nodes:
+        if erf.op_type != "Erf":
+            continue
+        div = producer.get(erf.inputs[0])
+        if div is None or len(div.outputs) != 1 or only_consumer(div.outputs[0], "Erf") is None:
+            continue
+        if div.op_type == "Div" and _scalar(div.inputs[1], constants, math.sqrt(2.0)):
+            x: str | None = div.inputs[0]
+        elif div.op_type == "Mul":
+            x = next(
+                (_other(div, c) for c in div.inputs if _scalar(c, constants, math.sqrt(0.5))), None
+            )
+        else:
+            continue
+        if x is None:
+            continue
+        add = only_consumer(erf.outputs[0], "Add")
+        if add is None or not _scalar(_other(add, erf.outputs[0]) or "", constants, 1.0):
+            continue
+        chain = _tail(x, add.outputs[0], consumers, constants, only_consumer)
+        if chain is None:
+            continue
+        muls, y = chain
+        group = [div, erf, add, *muls]
+        if any(id(n) in removed for n in group):
+            continue
+        removed.update(id(n) for n in group)
+        last = max(group, key=lambda n: position[id(n)])
+        replacement[id(last)] = Node(
+            "Gelu", f"{erf.name}/gelu", [x], [y], {"approximate": "none"}, "", erf.opset
+        )
+    rewritten: list[Node] = []
+    for node in nodes:
+        if id(node) in replacement:
+            rewritten.append(replacement[id(node)])
+        elif id(node) not in removed:
+            rewritten.append(node)
+    return rewritten
+
+
+def _tail(
+    x: str,
+    one_plus_erf: str,
+    consumers: Mapping[str, list[Node]],
+    constants: Mapping[str, Any],
+    only_consumer: Any,
+) -> tuple[list[Node], str] | None:
+    """The two multiplications finishing a GELU: ``(x * (1+erf)) * 0.5``,
+    ``(0.5 * (1+erf)) * x`` or ``(x * 0.5) * (1+erf)``; and their output."""
+    first = only_consumer(one_plus_erf, "Mul")
+    if first is None:
+        return None
+    other = _other(first, one_plus_erf)
+    if other == x or (other is not None and _scalar(other, constants, 0.5)):
+        second = only_consumer(first.outputs[0], "Mul")
+        if second is None:
+            return None
+        want_half = other == x
+        rest = _other(second, first.outputs[0])
+        if rest is None or not (_scalar(rest, constants, 0.5) if want_half else rest == x):
+            return None
+        return [first, second], second.outputs[0]
+    # (x * 0.5) computed first, then times (1 + erf).
+    half = next(
+        (
+            m
+            for m in consumers.get(x, [])
+            if m.op_type == "Mul"
+            and m.outputs[0] == other
+            and _scalar(_other(m, x) or "", constants, 0.5)
+        ),
+        None,
+    )
+    if half is None or only_consumer(half.outputs[0], "Mul") is not first:
+        return None
+    return [half, first], first.outputs[0]

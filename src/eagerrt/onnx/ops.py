@@ -1,0 +1,774 @@
+"""The ONNX op table: each supported ONNX op type, the attributes it accepts and
+how it runs, written once for two array namespaces.
+
+A handler is ``fn(xp, node, *inputs) -> output(s)``. ``xp`` is ``numpy`` when
+every input is known when the graph is traced (initializers, constants, shapes:
+see :mod:`eagerrt.onnx.interpreter`) and ``eagerrt`` otherwise, so one
+definition serves both shape arithmetic at trace time and the model's real work.
+Handlers marked ``numpy=False`` always get ``eagerrt`` (their ops have no numpy
+twin); inputs listed in ``static`` must be known at trace time (shapes, axes)
+and always arrive as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import eagerrt as ert
+
+from .._core.errors import ArgumentError, UsageError
+from .erf import erf
+from .graph import Node
+
+__all__ = ["SPECS", "OpSpec", "UnsupportedError", "supported_ops"]
+
+
+class UnsupportedError(UsageError, NotImplementedError):
+    """An ONNX model uses an op, attribute or input eagerrt.onnx does not support
+    (raised by :func:`eagerrt.onnx.load`, naming the node)."""
+
+
+Handler = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How one ONNX op type runs."""
+
+    op_type: str
+    fn: Handler
+    attrs: frozenset[str]
+    inputs: tuple[int, int]  # how many inputs, at least and at most
+    outputs: int  # outputs it computes (later ones must be unused)
+    static: frozenset[int]  # inputs needed at trace time
+    numpy: bool  # can run on numpy when every input is known
+    check: Callable[[Node], object] | None
+
+
+#: ONNX op type -> spec.
+SPECS: dict[str, OpSpec] = {}
+
+
+def supported_ops() -> list[str]:
+    """The ONNX op types eagerrt.onnx runs, sorted.
+
+    >>> from eagerrt.onnx import supported_ops
+    >>> {"Conv", "MatMul", "LayerNormalization"} <= set(supported_ops())
+    True
+    """
+    return sorted(SPECS)
+
+
+def _op(
+    *op_types: str,
+    attrs: Sequence[str] = (),
+    inputs: tuple[int, int] = (1, 1),
+    outputs: int = 1,
+    static: Sequence[int] = (),
+    numpy: bool = True,
+    check: Callable[[Node], object] | None = None,
+) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for op_type in op_types:
+            SPECS[op_type] = OpSpec(
+                op_type, fn, frozenset(attrs), inputs, outputs, frozenset(static), numpy, check
+            )
+        return fn
+
+    return register
+
+
+def _refuse(node: Node, what: str) -> UnsupportedError:
+    return UnsupportedError(f"{node.describe()}: {what}")
+
+
+def _one_of(name: str, allowed: Sequence[Any], default: Any) -> Callable[[Node], object]:
+    def check(node: Node) -> None:
+        value = node.attr(name, default)
+        if value not in allowed:
+            raise _refuse(node, f"{name}={value!r} is not supported (supported: {list(allowed)})")
+
+    return check
+
+
+def _checks(*checks: Callable[[Node], object]) -> Callable[[Node], object]:
+    def check(node: Node) -> None:
+        for c in checks:
+            c(node)
+
+    return check
+
+
+def _ints(values: Any) -> list[int]:
+    return [int(v) for v in np.asarray(values).reshape(-1)]
+
+
+def _astype(xp: Any, x: Any, dtype: np.dtype[Any]) -> Any:
+    if xp is np:
+        return np.asarray(x).astype(dtype)
+    return ert.astype(x, dtype)
+
+
+def _axis(axis: int, ndim: int, node: Node) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise ArgumentError(f"{node.describe()}: axis {axis} is out of range for rank {ndim}")
+    return axis % max(ndim, 1)
+
+
+# -- elementwise -------------------------------------------------------------------------
+_UNARY = {
+    "Abs": "abs", "Neg": "negative", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
+    "Sin": "sin", "Cos": "cos", "Tan": "tan", "Tanh": "tanh", "Sinh": "sinh", "Cosh": "cosh",
+    "Asin": "asin", "Acos": "acos", "Atan": "atan", "Floor": "floor", "Ceil": "ceil",
+    "Sign": "sign", "Round": "round", "IsNaN": "isnan", "Not": "logical_not",
+    "Reciprocal": "reciprocal",
+}  # fmt: skip
+_BINARY = {
+    "Add": "add", "Sub": "subtract", "Mul": "multiply",
+    "Equal": "equal", "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
+    "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or",
+    "Xor": "logical_xor",
+}  # fmt: skip
+
+
+def _unary(name: str) -> Handler:
+    def run(xp: Any, node: Node, x: Any) -> Any:
+        if xp is np and name == "reciprocal":
+            return np.divide(1, x).astype(x.dtype)
+        return getattr(xp, name)(x)
+
+    return run
+
+
+def _binary(name: str) -> Handler:
+    def run(xp: Any, node: Node, a: Any, b: Any) -> Any:
+        return getattr(xp, name)(a, b)
+
+    return run
+
+
+for _type, _name in _UNARY.items():
+    _op(_type)(_unary(_name))
+for _type, _name in _BINARY.items():
+    _op(_type, inputs=(2, 2))(_binary(_name))
+
+
+@_op("Div", inputs=(2, 2))
+def _div(xp: Any, node: Node, a: Any, b: Any) -> Any:
+    if a.dtype.kind not in "iu":
+        return xp.divide(a, b)
+    # ONNX's integer division truncates toward zero; floor_divide rounds down.
+    q = xp.floor_divide(a, b)
+    if a.dtype.kind == "u":
+        return q
+    inexact = xp.not_equal(xp.subtract(a, xp.multiply(q, b)), 0)
+    signs_differ = xp.not_equal(xp.less(a, 0), xp.less(b, 0))
+    return xp.where(xp.logical_and(inexact, signs_differ), xp.add(q, 1), q)
+
+
+@_op("Pow", inputs=(2, 2))
+def _pow(xp: Any, node: Node, a: Any, b: Any) -> Any:
+    if b.dtype != a.dtype:  # ONNX: the exponent may have another type; the base's wins
+        b = _astype(xp, b, a.dtype)
+    return xp.pow(a, b)
+
+
+@_op("Mod", attrs=["fmod"], inputs=(2, 2))
+def _mod(xp: Any, node: Node, a: Any, b: Any) -> Any:
+    r = xp.remainder(a, b)  # the divisor's sign, as fmod=0 asks
+    if not node.attr("fmod", 0):
+        return r
+    # fmod=1: C's fmod, the dividend's sign.
+    wrong_sign = xp.logical_and(xp.not_equal(r, 0), xp.not_equal(xp.less(r, 0), xp.less(a, 0)))
+    return xp.where(wrong_sign, xp.subtract(r, b), r)
+
+
+@_op("Relu")
+def _relu(xp: Any, node: Node, x: Any) -> Any:
+    return np.maximum(x, np.zeros((), x.dtype)) if xp is np else ert.relu(x)
+
+
+@_op("Sigmoid", numpy=False)
+def _sigmoid(xp: Any, node: Node, x: Any) -> Any:
+    return ert.sigmoid(x)
+
+
+@_op("Softplus", numpy=False)
+def _softplus(xp: Any, node: Node, x: Any) -> Any:
+    return ert.softplus(x)
+
+
+@_op("Erf", numpy=False)
+def _erf(xp: Any, node: Node, x: Any) -> Any:
+    return erf(x)
+
+
+@_op(
+    "Gelu",
+    attrs=["approximate"],
+    numpy=False,
+    check=_one_of("approximate", ["none", "tanh"], "none"),
+)
+def _gelu(xp: Any, node: Node, x: Any) -> Any:
+    return ert.gelu(x, approximate=node.attr("approximate", "none"))
+
+
+@_op("LeakyRelu", attrs=["alpha"])
+def _leaky_relu(xp: Any, node: Node, x: Any) -> Any:
+    return xp.where(xp.greater_equal(x, 0), x, xp.multiply(x, float(node.attr("alpha", 0.01))))
+
+
+@_op("PRelu", inputs=(2, 2))
+def _prelu(xp: Any, node: Node, x: Any, slope: Any) -> Any:
+    return xp.where(xp.less(x, 0), xp.multiply(x, slope), x)
+
+
+@_op("Where", inputs=(3, 3))
+def _where(xp: Any, node: Node, condition: Any, a: Any, b: Any) -> Any:
+    return xp.where(condition, a, b)
+
+
+@_op("Clip", attrs=["min", "max"], inputs=(1, 3))
+def _clip(xp: Any, node: Node, x: Any, lo: Any = None, hi: Any = None) -> Any:
+    if node.opset < 11:  # bounds were attributes
+        lo, hi = (
+            None if node.attr(k) is None else np.asarray(node.attr(k), x.dtype)
+            for k in ("min", "max")
+        )
+    if lo is not None:
+        x = xp.maximum(x, lo)
+    if hi is not None:
+        x = xp.minimum(x, hi)
+    return x
+
+
+def _variadic(name: str) -> Handler:
+    def run(xp: Any, node: Node, *xs: Any) -> Any:
+        out = xs[0]
+        for x in xs[1:]:
+            out = getattr(xp, name)(out, x)
+        return out
+
+    return run
+
+
+_op("Max", inputs=(1, 1 << 16))(_variadic("maximum"))
+_op("Min", inputs=(1, 1 << 16))(_variadic("minimum"))
+_op("Sum", inputs=(1, 1 << 16))(_variadic("add"))
+
+
+@_op("Mean", inputs=(1, 1 << 16))
+def _mean(xp: Any, node: Node, *xs: Any) -> Any:
+    total = _variadic("add")(xp, node, *xs)
+    return xp.divide(total, np.asarray(len(xs), total.dtype))
+
+
+@_op("Cast", attrs=["to", "saturate"])
+def _cast(xp: Any, node: Node, x: Any) -> Any:
+    from .graph import _dtype
+
+    return _astype(xp, x, _dtype(node.attr("to"), f"{node.describe()}'s 'to'"))
+
+
+@_op("CastLike", attrs=["saturate"], inputs=(2, 2))
+def _cast_like(xp: Any, node: Node, x: Any, like: Any) -> Any:
+    return _astype(xp, x, like.dtype)
+
+
+@_op("Identity")
+def _identity(xp: Any, node: Node, x: Any) -> Any:
+    return x
+
+
+def _inference_dropout(node: Node) -> None:
+    if node.attr("training_mode", 0):
+        raise _refuse(node, "dropout in training mode is not supported (inference only)")
+
+
+@_op("Dropout", attrs=["ratio", "seed"], inputs=(1, 3), static=[1, 2])
+def _dropout(xp: Any, node: Node, x: Any, ratio: Any = None, training: Any = None) -> Any:
+    if training is not None and bool(np.asarray(training)):
+        raise _refuse(node, "dropout in training mode is not supported (inference only)")
+    return x
+
+
+# -- shapes, computed at trace time -----------------------------------------------------------
+@_op("Shape", attrs=["start", "end"])
+def _shape(xp: Any, node: Node, x: Any) -> Any:
+    start, end = node.attr("start", 0), node.attr("end")
+    return np.array(x.shape[start:end], dtype=np.int64)
+
+
+@_op("Size")
+def _size(xp: Any, node: Node, x: Any) -> Any:
+    return np.array(math.prod(x.shape), dtype=np.int64)
+
+
+def _value_tensor(node: Node) -> np.ndarray:
+    if "value" in node.attrs:
+        return np.asarray(node.attrs["value"])
+    for name, dtype in (
+        ("value_float", np.float32),
+        ("value_floats", np.float32),
+        ("value_int", np.int64),
+        ("value_ints", np.int64),
+    ):
+        if name in node.attrs:
+            return np.asarray(node.attrs[name], dtype=dtype)
+    raise _refuse(
+        node,
+        f"needs one of the attributes value, value_float(s), value_int(s); got {sorted(node.attrs)}",
+    )
+
+
+@_op(
+    "Constant",
+    attrs=["value", "value_float", "value_floats", "value_int", "value_ints"],
+    inputs=(0, 0),
+    check=_value_tensor,
+)
+def _constant(xp: Any, node: Node) -> Any:
+    return _value_tensor(node)
+
+
+@_op("ConstantOfShape", attrs=["value"], static=[0])
+def _constant_of_shape(xp: Any, node: Node, shape: Any) -> Any:
+    value = np.asarray(node.attr("value", np.zeros(1, np.float32)))
+    return np.full(tuple(_ints(shape)), value.reshape(-1)[0], dtype=value.dtype)
+
+
+@_op("Range", inputs=(3, 3), static=[0, 1, 2])
+def _range(xp: Any, node: Node, start: Any, limit: Any, delta: Any) -> Any:
+    count = max(math.ceil((limit.item() - start.item()) / delta.item()), 0)
+    return (start + delta * np.arange(count, dtype=start.dtype)).astype(start.dtype)
+
+
+@_op("Reshape", attrs=["allowzero"], inputs=(2, 2), static=[1])
+def _reshape(xp: Any, node: Node, x: Any, shape: Any) -> Any:
+    dims = _ints(shape)
+    if not node.attr("allowzero", 0):  # 0 copies the input's dimension
+        dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+    return xp.reshape(x, tuple(dims))
+
+
+@_op("Flatten", attrs=["axis"])
+def _flatten(xp: Any, node: Node, x: Any) -> Any:
+    axis = node.attr("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    return xp.reshape(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+
+
+def _axes_from(node: Node, axes: Any) -> list[int] | None:
+    """Axes given as an attribute (older opsets) or as an input (newer ones)."""
+    if axes is not None:
+        return _ints(axes)
+    given = node.attr("axes")
+    return None if given is None else [int(a) for a in given]
+
+
+@_op("Squeeze", attrs=["axes"], inputs=(1, 2), static=[1])
+def _squeeze(xp: Any, node: Node, x: Any, axes: Any = None) -> Any:
+    chosen = _axes_from(node, axes)
+    if chosen is None:
+        drop = {i for i, d in enumerate(x.shape) if d == 1}
+    else:
+        drop = {_axis(a, x.ndim, node) for a in chosen}
+        if any(x.shape[a] != 1 for a in drop):
+            raise ArgumentError(
+                f"{node.describe()}: can't squeeze axes {chosen} of shape {x.shape}"
+            )
+    return xp.reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in drop))
+
+
+@_op("Unsqueeze", attrs=["axes"], inputs=(1, 2), static=[1])
+def _unsqueeze(xp: Any, node: Node, x: Any, axes: Any = None) -> Any:
+    chosen = _axes_from(node, axes) or []
+    rank = x.ndim + len(chosen)
+    new = {_axis(a, rank, node) for a in chosen}
+    dims = iter(x.shape)
+    return xp.reshape(x, tuple(1 if i in new else next(dims) for i in range(rank)))
+
+
+@_op("Transpose", attrs=["perm"])
+def _transpose(xp: Any, node: Node, x: Any) -> Any:
+    perm = node.attr("perm")
+    return xp.permute_dims(x, tuple(perm) if perm is not None else tuple(reversed(range(x.ndim))))
+
+
+@_op("Concat", attrs=["axis"], inputs=(1, 1 << 16))
+def _concat(xp: Any, node: Node, *xs: Any) -> Any:
+    return xp.concat(list(xs), axis=node.attr("axis"))
+
+
+@_op("Split", attrs=["axis", "split", "num_outputs"], inputs=(1, 2), outputs=1 << 16, static=[1])
+def _split(xp: Any, node: Node, x: Any, split: Any = None) -> Any:
+    axis = _axis(node.attr("axis", 0), x.ndim, node)
+    n = len(node.outputs)
+    size = x.shape[axis]
+    if split is not None or node.attr("split") is not None:
+        sizes = _ints(split if split is not None else node.attr("split"))
+    else:
+        n = node.attr("num_outputs", n)
+        step = -(-size // n)  # the last part takes what is left
+        sizes = [min(step, size - i * step) for i in range(n)]
+    if sum(sizes) != size:
+        raise ArgumentError(f"{node.describe()}: split sizes {sizes} don't add up to {size}")
+    parts, start = [], 0
+    for s in sizes:
+        index = (slice(None),) * axis + (slice(start, start + s),)
+        parts.append(x[index])
+        start += s
+    return tuple(parts)
+
+
+@_op("Slice", attrs=["starts", "ends", "axes"], inputs=(1, 5), static=[1, 2, 3, 4])
+def _slice(
+    xp: Any,
+    node: Node,
+    x: Any,
+    starts: Any = None,
+    ends: Any = None,
+    axes: Any = None,
+    steps: Any = None,
+) -> Any:
+    if node.opset < 10:  # bounds were attributes
+        starts, ends, axes = node.attr("starts"), node.attr("ends"), node.attr("axes")
+    begin, stop = _ints(starts), _ints(ends)
+    chosen = list(range(len(begin))) if axes is None else _ints(axes)
+    step = [1] * len(begin) if steps is None else _ints(steps)
+    index = [slice(None)] * x.ndim
+    for b, e, a, s in zip(begin, stop, chosen, step, strict=True):
+        if s == 0:
+            raise ArgumentError(f"{node.describe()}: a slice step can't be 0")
+        index[_axis(a, x.ndim, node)] = slice(b, e, s)  # Python's slices clamp as ONNX's do
+    return x[tuple(index)]
+
+
+@_op("Gather", attrs=["axis"], inputs=(2, 2))
+def _gather(xp: Any, node: Node, data: Any, indices: Any) -> Any:
+    return xp.take(data, indices, axis=_axis(node.attr("axis", 0), data.ndim, node))
+
+
+@_op("GatherElements", attrs=["axis"], inputs=(2, 2))
+def _gather_elements(xp: Any, node: Node, data: Any, indices: Any) -> Any:
+    return xp.take_along_axis(data, indices, axis=_axis(node.attr("axis", 0), data.ndim, node))
+
+
+@_op("Expand", inputs=(2, 2), static=[1])
+def _expand(xp: Any, node: Node, x: Any, shape: Any) -> Any:
+    # ONNX's Expand broadcasts both ways: a 1 in ``shape`` keeps the input's size.
+    return xp.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape))))
+
+
+@_op("Tile", inputs=(2, 2), static=[1])
+def _tile(xp: Any, node: Node, x: Any, repeats: Any) -> Any:
+    return xp.tile(x, tuple(_ints(repeats)))
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
+
+
+@_op(
+    "Pad",
+    attrs=["mode"],
+    inputs=(2, 4),
+    static=[1, 2, 3],
+    numpy=False,
+    check=_one_of("mode", list(_PAD_MODES), "constant"),
+)
+def _pad(xp: Any, node: Node, x: Any, pads: Any, value: Any = None, axes: Any = None) -> Any:
+    widths = _ints(pads)
+    chosen = list(range(x.ndim)) if axes is None else [_axis(a, x.ndim, node) for a in _ints(axes)]
+    if len(widths) != 2 * len(chosen):
+        raise ArgumentError(f"{node.describe()}: {len(widths)} pads for {len(chosen)} axes")
+    begin = dict(zip(chosen, widths[: len(chosen)], strict=True))
+    end = dict(zip(chosen, widths[len(chosen) :], strict=True))
+    torch_pad: list[int] = []  # PyTorch's order: the last axis first
+    for axis in reversed(range(x.ndim)):
+        torch_pad += [begin.get(axis, 0), end.get(axis, 0)]
+    mode = _PAD_MODES[node.attr("mode", "constant")]
+    fill = None if mode != "constant" else (0 if value is None else np.asarray(value).item())
+    return ert.pad(x, tuple(torch_pad), mode=mode, value=fill)
+
+
+# -- reductions ---------------------------------------------------------------------------
+_REDUCE = {
+    "ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
+    "ReduceProd": "prod", "ReduceL2": "l2", "ReduceSumSquare": "sum_square",
+}  # fmt: skip
+
+
+def _reduce(name: str) -> Handler:
+    def run(xp: Any, node: Node, x: Any, axes: Any = None) -> Any:
+        chosen = _axes_from(node, axes)
+        if not chosen:
+            if node.attr("noop_with_empty_axes", 0):
+                return x
+            chosen = list(range(x.ndim))
+        axis = tuple(sorted({_axis(a, x.ndim, node) for a in chosen}))
+        keepdims = bool(node.attr("keepdims", 1))
+        if name in ("l2", "sum_square"):
+            total = xp.sum(xp.multiply(x, x), axis=axis, keepdims=keepdims)
+            return xp.sqrt(total) if name == "l2" else total
+        return getattr(xp, name)(x, axis=axis, keepdims=keepdims)
+
+    return run
+
+
+for _type, _name in _REDUCE.items():
+    _op(_type, attrs=["axes", "keepdims", "noop_with_empty_axes"], inputs=(1, 2), static=[1])(
+        _reduce(_name)
+    )
+
+
+def _arg(name: str) -> Handler:
+    def run(xp: Any, node: Node, x: Any) -> Any:
+        axis = _axis(node.attr("axis", 0), x.ndim, node)
+        out = getattr(xp, name)(x, axis=axis, keepdims=bool(node.attr("keepdims", 1)))
+        return _astype(xp, out, np.dtype(np.int64))
+
+    return run
+
+
+for _type, _name in (("ArgMax", "argmax"), ("ArgMin", "argmin")):
+    _op(
+        _type,
+        attrs=["axis", "keepdims", "select_last_index"],
+        check=_one_of("select_last_index", [0], 0),
+    )(_arg(_name))
+
+
+# -- linear algebra and normalization ------------------------------------------------------------
+@_op("MatMul", inputs=(2, 2))
+def _matmul(xp: Any, node: Node, a: Any, b: Any) -> Any:
+    return xp.matmul(a, b)
+
+
+@_op("Gemm", attrs=["alpha", "beta", "transA", "transB"], inputs=(2, 3))
+def _gemm(xp: Any, node: Node, a: Any, b: Any, c: Any = None) -> Any:
+    if node.attr("transA", 0):
+        a = xp.permute_dims(a, (1, 0))
+    if node.attr("transB", 0):
+        b = xp.permute_dims(b, (1, 0))
+    y = xp.matmul(a, b)
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    if alpha != 1.0:
+        y = xp.multiply(y, alpha)
+    if c is not None and beta != 0.0:
+        y = xp.add(y, c if beta == 1.0 else xp.multiply(c, beta))
+    return y
+
+
+def _softmax(log: bool) -> Handler:
+    def run(xp: Any, node: Node, x: Any) -> Any:
+        fn = ert.log_softmax if log else ert.softmax
+        if node.opset >= 13:
+            return fn(x, axis=node.attr("axis", -1))
+        # Before opset 13: the input is seen as 2-d, split at ``axis``.
+        axis = _axis(node.attr("axis", 1), x.ndim, node)
+        rows = ert.reshape(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+        return ert.reshape(fn(rows, axis=-1), x.shape)
+
+    return run
+
+
+_op("Softmax", attrs=["axis"], numpy=False)(_softmax(log=False))
+_op("LogSoftmax", attrs=["axis"], numpy=False)(_softmax(log=True))
+
+
+@_op(
+    "LayerNormalization",
+    attrs=["axis", "epsilon", "stash_type"],
+    inputs=(2, 3),
+    numpy=False,
+    check=_one_of("stash_type", [1], 1),
+)
+def _layer_norm(xp: Any, node: Node, x: Any, scale: Any, bias: Any = None) -> Any:
+    axis = _axis(node.attr("axis", -1), x.ndim, node)
+    normalized = x.shape[axis:]
+    # ONNX lets scale and bias broadcast to the normalized shape; eagerrt wants it exactly.
+    if scale.shape != normalized:
+        scale = ert.broadcast_to(scale, normalized)
+    if bias is not None and bias.shape != normalized:
+        bias = ert.broadcast_to(bias, normalized)
+    return ert.layer_norm(x, normalized, scale, bias, eps=float(node.attr("epsilon", 1e-5)))
+
+
+@_op(
+    "BatchNormalization",
+    attrs=["epsilon", "momentum", "training_mode", "spatial"],
+    inputs=(5, 5),
+    numpy=False,
+    check=_checks(_one_of("training_mode", [0], 0), _one_of("spatial", [1], 1)),
+)
+def _batch_norm(xp: Any, node: Node, x: Any, scale: Any, bias: Any, mean: Any, var: Any) -> Any:
+    return ert.batch_norm(x, mean, var, scale, bias, eps=float(node.attr("epsilon", 1e-5)))
+
+
+# -- convolution and pooling --------------------------------------------------------------
+_AUTO_PAD = ["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]
+
+
+def _window_pads(
+    node: Node,
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> list[int]:
+    """ONNX's ``pads`` (all begins, then all ends) after ``auto_pad``."""
+    auto = node.attr("auto_pad", "NOTSET")
+    n = len(spatial)
+    if auto == "VALID":
+        return [0] * 2 * n
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        begins, ends = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, large = total // 2, total - total // 2
+            begins.append(small if auto == "SAME_UPPER" else large)
+            ends.append(large if auto == "SAME_UPPER" else small)
+        return begins + ends
+    pads = node.attr("pads")
+    return [0] * 2 * n if pads is None else [int(p) for p in pads]
+
+
+def _geometry(node: Node, x: Any, kernel: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    n = len(kernel)
+    strides = [int(s) for s in node.attr("strides", [1] * n)]
+    dilations = [int(d) for d in node.attr("dilations", [1] * n)]
+    pads = _window_pads(node, x.shape[2:], kernel, strides, dilations)
+    return strides, dilations, pads
+
+
+def _as_2d(x: Any, node: Node, what: str) -> Any:
+    """A 1-d (N, C, L) input as (N, C, 1, L); 2-d as is; others refused."""
+    if x.ndim == 3:
+        return ert.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+    if x.ndim != 4:
+        raise UnsupportedError(
+            f"{node.describe()}: {what} of a rank-{x.ndim} input is not supported "
+            "(1-d and 2-d: rank 3 and 4)"
+        )
+    return x
+
+
+def _pairs(values: Sequence[int], ndim_in: int) -> list[int]:
+    return [1, *values] if ndim_in == 3 and len(values) == 1 else list(values)
+
+
+def _split_pads(pads: Sequence[int], ndim_in: int) -> tuple[list[int], list[int]]:
+    n = len(pads) // 2
+    begins, ends = list(pads[:n]), list(pads[n:])
+    if ndim_in == 3:
+        begins, ends = [0, *begins], [0, *ends]
+    return begins, ends
+
+
+def _explicit_pad(x: Any, begins: Sequence[int], ends: Sequence[int], value: float) -> Any:
+    # PyTorch's pad order: the last axis first.
+    return ert.pad(x, (begins[1], ends[1], begins[0], ends[0]), value=value)
+
+
+_CONV_ATTRS = ["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"]
+
+
+@_op(
+    "Conv",
+    attrs=_CONV_ATTRS,
+    inputs=(2, 3),
+    numpy=False,
+    check=_one_of("auto_pad", _AUTO_PAD, "NOTSET"),
+)
+def _conv(xp: Any, node: Node, x: Any, w: Any, b: Any = None) -> Any:
+    ndim = x.ndim
+    strides, dilations, pads = _geometry(node, x, w.shape[2:])
+    x2, w2 = _as_2d(x, node, "Conv"), _as_2d(w, node, "a Conv weight") if w.ndim == 3 else w
+    begins, ends = _split_pads(pads, ndim)
+    padding: Any = (begins[0], begins[1])
+    if begins != ends:  # asymmetric: pad first
+        x2, padding = _explicit_pad(x2, begins, ends, 0.0), 0
+    y = ert.conv2d(
+        x2, w2, b,
+        stride=_pairs(strides, ndim), padding=padding, dilation=_pairs(dilations, ndim),
+        groups=int(node.attr("group", 1)),
+    )  # fmt: skip
+    return ert.reshape(y, (*y.shape[:2], y.shape[3])) if ndim == 3 else y
+
+
+def _pool_kernel(node: Node) -> list[int]:
+    kernel = node.attr("kernel_shape")
+    if kernel is None:
+        raise _refuse(node, "needs the kernel_shape attribute")
+    return [int(k) for k in kernel]
+
+
+_POOL_ATTRS = ["auto_pad", "ceil_mode", "kernel_shape", "pads", "strides"]
+
+
+@_op(
+    "MaxPool",
+    attrs=[*_POOL_ATTRS, "dilations", "storage_order"],
+    numpy=False,
+    check=_checks(
+        _one_of("auto_pad", _AUTO_PAD, "NOTSET"), _one_of("storage_order", [0], 0), _pool_kernel
+    ),
+)
+def _max_pool(xp: Any, node: Node, x: Any) -> Any:
+    ndim, kernel = x.ndim, _pool_kernel(node)
+    strides, dilations, pads = _geometry(node, x, kernel)
+    x2 = _as_2d(x, node, "MaxPool")
+    begins, ends = _split_pads(pads, ndim)
+    k2 = _pairs(kernel, ndim)
+    padding: Any = begins
+    if begins != ends or any(2 * p > k for p, k in zip(begins, k2, strict=True)):
+        x2, padding = _explicit_pad(x2, begins, ends, -np.inf), 0
+    y = ert.max_pool2d(
+        x2, k2, stride=_pairs(strides, ndim), padding=padding,
+        dilation=_pairs(dilations, ndim), ceil_mode=bool(node.attr("ceil_mode", 0)),
+    )  # fmt: skip
+    return ert.reshape(y, (*y.shape[:2], y.shape[3])) if ndim == 3 else y
+
+
+@_op(
+    "AveragePool",
+    attrs=[*_POOL_ATTRS, "count_include_pad", "dilations"],
+    numpy=False,
+    check=_checks(_one_of("auto_pad", _AUTO_PAD, "NOTSET"), _pool_kernel),
+)
+def _average_pool(xp: Any, node: Node, x: Any) -> Any:
+    ndim, kernel = x.ndim, _pool_kernel(node)
+    strides, dilations, pads = _geometry(node, x, kernel)
+    if any(d != 1 for d in dilations):
+        raise UnsupportedError(f"{node.describe()}: dilated average pooling is not supported")
+    x2 = _as_2d(x, node, "AveragePool")
+    begins, ends = _split_pads(pads, ndim)
+    include = bool(node.attr("count_include_pad", 0))
+    k2 = _pairs(kernel, ndim)
+    padding: Any = begins
+    if begins != ends or any(2 * p > k for p, k in zip(begins, k2, strict=True)):
+        if not include:
+            raise UnsupportedError(
+                f"{node.describe()}: asymmetric pads {pads} with count_include_pad=0 are not supported"
+            )
+        x2, padding = _explicit_pad(x2, begins, ends, 0.0), 0
+    y = ert.avg_pool2d(
+        x2, k2, stride=_pairs(strides, ndim), padding=padding,
+        ceil_mode=bool(node.attr("ceil_mode", 0)), count_include_pad=include,
+    )  # fmt: skip
+    return ert.reshape(y, (*y.shape[:2], y.shape[3])) if ndim == 3 else y
+
+
+@_op("GlobalAveragePool", numpy=False)
+def _global_average_pool(xp: Any, node: Node, x: Any) -> Any:
+    return ert.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@_op("GlobalMaxPool", numpy=False)
+def _global_max_pool(xp: Any, node: Node, x: Any) -> Any:
+    return ert.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
