@@ -126,3 +126,34 @@ def export_onnx(
             dynamic_axes=dynamic_axes,
         )
     return pathlib.Path(path)
+
+
+class LastHiddenState(nn.Module):
+    """A Hugging Face BERT returning ``last_hidden_state`` alone (the exporter wants tensors)."""
+
+    def __init__(self, bert: nn.Module) -> None:
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def export_minilm_onnx(path: str | os.PathLike[str]) -> pathlib.Path:
+    """all-MiniLM-L6-v2's BERT encoder (the bundled weights) as an ONNX file.
+
+    Inputs ``input_ids`` and ``attention_mask`` (int64, ``(batch, sequence)``, both
+    dynamic), output ``last_hidden_state`` (float32, ``(batch, sequence, 384)``),
+    before sentence-transformers' mean pooling and normalization.
+    """
+    bert = sentence_transformer()[0].auto_model.eval()
+    example = torch.ones((2, 8), dtype=torch.int64)
+    axes = {0: "batch", 1: "sequence"}
+    return export_onnx(
+        LastHiddenState(bert),
+        (example, example),
+        path,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["last_hidden_state"],
+        dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes},
+    )

@@ -1,0 +1,602 @@
+"""ert.onnx: ONNX models through eagerrt, compared with ONNX Runtime.
+
+One-node (or few-node) graphs built with onnx.helper check each op, compiled and
+eager; two exported models (ResNet-18 for CIFAR, all-MiniLM-L6-v2's BERT) check
+the whole path with dynamic axes. The model tests need torch (the models extra).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+import eagerrt as ert
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.default_rng(0)
+EXAMPLES = str(pathlib.Path(__file__).resolve().parents[1] / "examples")
+if EXAMPLES not in sys.path:  # models.torch_reference, the PyTorch side
+    sys.path.append(EXAMPLES)
+
+
+def _f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _i64(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def _model(
+    nodes: list[Any],
+    inputs: dict[str, np.ndarray],
+    outputs: list[str],
+    initializers: dict[str, np.ndarray] | None = None,
+    opset: int = 17,
+    dims: dict[str, list[Any]] | None = None,
+) -> bytes:
+    """A model of ``nodes`` whose inputs have the dtypes of the arrays given (and
+    their shapes, or ``dims`` where given: symbolic ones)."""
+    dims = dims or {}
+
+    def info(name: str, array: np.ndarray) -> Any:
+        elem = helper.np_dtype_to_tensor_dtype(array.dtype)
+        return helper.make_tensor_value_info(name, elem, dims.get(name, list(array.shape)))
+
+    graph = helper.make_graph(
+        nodes,
+        "test",
+        [info(n, a) for n, a in inputs.items()],
+        [helper.make_empty_tensor_value_info(o) for o in outputs],
+        [numpy_helper.from_array(a, n) for n, a in (initializers or {}).items()],
+    )
+    domains = {n.domain for n in nodes} - {""}
+    opsets = [helper.make_opsetid("", opset), *(helper.make_opsetid(d, 1) for d in sorted(domains))]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 9
+    # ONNX's own shape inference types the outputs, as an exporter would.
+    return onnx.shape_inference.infer_shapes(model).SerializeToString()
+
+
+def _onnxruntime(model: bytes, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)
+
+
+def _as_list(result: Any) -> list[np.ndarray]:
+    if isinstance(result, dict):
+        return [t.numpy() for t in result.values()]
+    return [result.numpy()]
+
+
+def _assert_matches(
+    model: bytes, inputs: dict[str, np.ndarray], atol: float = 1e-5, loaded: Any = None
+) -> None:
+    """ONNX Runtime's outputs equal eagerrt's, compiled and eager."""
+    expected = _onnxruntime(model, inputs)
+    loaded = loaded or ert.onnx.load(model)
+    for how, got in (("compiled", loaded.run(**inputs)), ("eager", loaded.eager(**inputs))):
+        for e, g in zip(expected, _as_list(got), strict=True):
+            assert g.dtype == e.dtype, how
+            assert g.shape == e.shape, how
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=atol, err_msg=how)
+
+
+@dataclass
+class Case:
+    """One op test: nodes, inputs (graph inputs), initializers, opset."""
+
+    nodes: list[Any]
+    inputs: dict[str, np.ndarray]
+    initializers: dict[str, np.ndarray] = field(default_factory=dict)
+    opset: int = 17
+    outputs: list[str] = field(default_factory=lambda: ["y"])
+
+
+def _unary(op: str, x: np.ndarray | None = None, **attrs: Any) -> Case:
+    return Case(
+        [helper.make_node(op, ["x"], ["y"], **attrs)], {"x": _f32(2, 3) if x is None else x}
+    )
+
+
+def _binary(op: str, a: np.ndarray, b: np.ndarray, **attrs: Any) -> Case:
+    return Case([helper.make_node(op, ["a", "b"], ["y"], **attrs)], {"a": a, "b": b})
+
+
+POSITIVE = np.abs(_f32(2, 3)) + 0.5
+INTS_A, INTS_B = _i64([[7, -7, 6], [-6, 5, 0]]), _i64([2, -3, 4])
+
+CASES: dict[str, Case] = {
+    **{
+        op: _unary(op)
+        for op in ("Relu", "Sigmoid", "Tanh", "Neg", "Abs", "Exp", "Erf", "Floor", "Ceil", "Sign")
+    },
+    "Sqrt": _unary("Sqrt", POSITIVE),
+    "Log": _unary("Log", POSITIVE),
+    "Reciprocal": _unary("Reciprocal", POSITIVE),
+    "Softplus": _unary("Softplus"),
+    "LeakyRelu": _unary("LeakyRelu", alpha=0.2),
+    "IsNaN": _unary("IsNaN", np.array([1.0, np.nan, -np.inf], np.float32)),
+    "Not": _unary("Not", np.array([True, False])),
+    "Gelu": Case([helper.make_node("Gelu", ["x"], ["y"])], {"x": _f32(4, 5)}, opset=20),
+    "Gelu-tanh": Case(
+        [helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")], {"x": _f32(4, 5)}, opset=20
+    ),
+    **{op: _binary(op, _f32(2, 3), _f32(3)) for op in ("Add", "Sub", "Mul", "Div", "Max", "Min")},
+    "Div-int": _binary("Div", INTS_A, INTS_B),  # truncates toward zero
+    "Mod-int": _binary("Mod", INTS_A, _i64([2, -3, 4])),
+    "Mod-fmod": _binary("Mod", _f32(2, 3), POSITIVE, fmod=1),
+    "Pow": _binary("Pow", POSITIVE, _f32(3)),
+    "Pow-int-exponent": _binary("Pow", _f32(2, 3), _i64([1, 2, 3])),
+    **{
+        op: _binary(op, _f32(2, 3), _f32(2, 3))
+        for op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual")
+    },
+    **{
+        op: _binary(op, np.array([True, False, True]), np.array([True, True, False]))
+        for op in ("And", "Or", "Xor")
+    },
+    "Where": Case(
+        [helper.make_node("Where", ["c", "a", "b"], ["y"])],
+        {"c": np.array([[True], [False]]), "a": _f32(2, 3), "b": _f32(3)},
+    ),
+    "Clip": Case(
+        [helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
+        {"x": _f32(3, 4)},
+        {"lo": np.array(-0.5, np.float32), "hi": np.array(0.5, np.float32)},
+    ),
+    "Cast": _unary("Cast", _f32(2, 3) * 4, to=TensorProto.INT32),
+    "Sum": Case(
+        [helper.make_node("Sum", ["a", "b", "c"], ["y"])],
+        {"a": _f32(3), "b": _f32(2, 3), "c": _f32(1, 3)},
+    ),
+    "Mean": Case([helper.make_node("Mean", ["a", "b"], ["y"])], {"a": _f32(3), "b": _f32(2, 3)}),
+    "MatMul": _binary("MatMul", _f32(2, 4, 5), _f32(5, 3)),
+    "Gemm": Case(
+        [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1, alpha=0.5, beta=2.0)],
+        {"a": _f32(4, 2)},
+        {"b": _f32(3, 4), "c": _f32(3)},
+    ),
+    "Softmax": _unary("Softmax", _f32(2, 3, 4), axis=1),
+    "Softmax-opset11": Case(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=1)], {"x": _f32(2, 3, 4)}, opset=11
+    ),
+    "LogSoftmax": _unary("LogSoftmax", _f32(2, 5)),
+    "LayerNormalization": Case(
+        [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-6)],
+        {"x": _f32(2, 3, 8)},
+        {"s": _f32(8), "b": _f32(8)},
+    ),
+    "LayerNormalization-axis": Case(
+        [helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=1)],
+        {"x": _f32(2, 3, 4)},
+        {"s": _f32(3, 4)},
+    ),
+    "BatchNormalization": Case(
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)],
+        {"x": _f32(2, 3, 4, 4)},
+        {"s": _f32(3), "b": _f32(3), "m": _f32(3), "v": POSITIVE[0]},
+    ),
+    "Conv": Case(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])],
+        {"x": _f32(2, 4, 9, 9)},
+        {"w": _f32(6, 4, 3, 3), "b": _f32(6)},
+    ),
+    "Conv-groups-dilations": Case(
+        [helper.make_node("Conv", ["x", "w"], ["y"], group=2, dilations=[2, 1], pads=[2, 1, 2, 1])],
+        {"x": _f32(1, 4, 8, 8)},
+        {"w": _f32(6, 2, 3, 3)},
+    ),
+    "Conv-asymmetric-pads": Case(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[0, 1, 2, 0])],
+        {"x": _f32(1, 2, 6, 6)},
+        {"w": _f32(3, 2, 3, 3)},
+    ),
+    "Conv-same-upper": Case(
+        [helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])],
+        {"x": _f32(1, 2, 7, 8)},
+        {"w": _f32(3, 2, 4, 4)},
+    ),
+    "Conv-1d": Case(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1])],
+        {"x": _f32(2, 3, 10)},
+        {"w": _f32(4, 3, 3), "b": _f32(4)},
+    ),
+    "MaxPool": _unary(
+        "MaxPool", _f32(2, 3, 8, 8), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]
+    ),
+    "MaxPool-asymmetric": _unary(
+        "MaxPool", _f32(1, 2, 7, 7), kernel_shape=[2, 2], pads=[0, 0, 1, 1]
+    ),
+    "AveragePool": _unary("AveragePool", _f32(2, 3, 8, 8), kernel_shape=[2, 2], strides=[2, 2]),
+    "AveragePool-pads": _unary(
+        "AveragePool", _f32(1, 2, 6, 6), kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1
+    ),
+    "AveragePool-exclude-pad": _unary(
+        "AveragePool", _f32(1, 2, 6, 6), kernel_shape=[3, 3], pads=[1, 1, 1, 1]
+    ),
+    "GlobalAveragePool": _unary("GlobalAveragePool", _f32(2, 3, 5, 5)),
+    "GlobalMaxPool": _unary("GlobalMaxPool", _f32(2, 3, 5, 5)),
+    "Flatten": _unary("Flatten", _f32(2, 3, 4), axis=2),
+    "Transpose": _unary("Transpose", _f32(2, 3, 4), perm=[2, 0, 1]),
+    "Identity": _unary("Identity"),
+    "Dropout": _unary("Dropout"),
+    "ReduceMean": Case(
+        [helper.make_node("ReduceMean", ["x"], ["y"], axes=[-1], keepdims=1)], {"x": _f32(2, 3, 4)}
+    ),
+    "ReduceSum": Case(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+        {"x": _f32(2, 3, 4)},
+        {"axes": _i64([0, 2])},
+    ),
+    "ReduceMax-all": Case(
+        [helper.make_node("ReduceMax", ["x"], ["y"], keepdims=0)], {"x": _f32(2, 3)}
+    ),
+    "ReduceL2": Case([helper.make_node("ReduceL2", ["x"], ["y"], axes=[1])], {"x": _f32(2, 3)}),
+    "ArgMax": _unary("ArgMax", _f32(3, 5), axis=1, keepdims=0),
+    "Concat": Case(
+        [helper.make_node("Concat", ["a", "b"], ["y"], axis=1)],
+        {"a": _f32(2, 3)},
+        {"b": _f32(2, 2)},
+    ),
+    "Split": Case(
+        [helper.make_node("Split", ["x", "s"], ["y", "z"], axis=1)],
+        {"x": _f32(2, 5)},
+        {"s": _i64([2, 3])},
+        outputs=["y", "z"],
+    ),
+    "Slice": Case(
+        [helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"])],
+        {"x": _f32(4, 6)},
+        {"s": _i64([-1, 1]), "e": _i64([-1 << 62, 100]), "a": _i64([0, 1]), "t": _i64([-2, 2])},
+    ),
+    "Gather": Case(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=1)],
+        {"x": _f32(3, 4), "i": _i64([[0, -1], [2, 2]])},
+    ),
+    "Gather-scalar-index": Case(
+        [helper.make_node("Gather", ["x", "i"], ["y"])], {"x": _f32(3, 4)}, {"i": _i64(-2)}
+    ),
+    "GatherElements": Case(
+        [helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1)],
+        {"x": _f32(3, 4), "i": _i64([[0, -1], [2, 2], [3, 0]])},
+    ),
+    "Tile": Case(
+        [helper.make_node("Tile", ["x", "r"], ["y"])], {"x": _f32(2, 3)}, {"r": _i64([2, 1])}
+    ),
+    "Pad": Case(
+        [helper.make_node("Pad", ["x", "p", "v"], ["y"])],
+        {"x": _f32(2, 3)},
+        {"p": _i64([1, 0, 0, 2]), "v": np.array(9.0, np.float32)},
+    ),
+    "Pad-reflect": Case(
+        [helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
+        {"x": _f32(2, 4)},
+        {"p": _i64([0, 2, 0, 1])},
+    ),
+    "Squeeze-Unsqueeze": Case(
+        [
+            helper.make_node("Unsqueeze", ["x", "a"], ["u"]),
+            helper.make_node("Squeeze", ["u", "b"], ["y"]),
+        ],
+        {"x": _f32(2, 1, 3)},
+        {"a": _i64([0, -1]), "b": _i64([2])},
+    ),
+    "Unsqueeze-opset11": Case(
+        [helper.make_node("Unsqueeze", ["x"], ["y"], axes=[1])], {"x": _f32(2, 3)}, opset=11
+    ),
+    # The shape arithmetic exporters emit for dynamic axes, on known values.
+    "shape-subgraph": Case(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "zero"], ["batch"], axis=0),
+            helper.make_node("Unsqueeze", ["batch", "zero1"], ["b1"]),
+            helper.make_node("Concat", ["b1", "minus1"], ["target"], axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["flat"]),
+            helper.make_node("Shape", ["flat"], ["fs"], start=-1),
+            helper.make_node(
+                "ConstantOfShape",
+                ["fs"],
+                ["ones"],
+                value=numpy_helper.from_array(np.ones(1, np.float32)),
+            ),
+            helper.make_node("Cast", ["batch"], ["bf"], to=TensorProto.INT64),
+            helper.make_node("Range", ["zero", "bf", "one"], ["r"]),
+            helper.make_node("Unsqueeze", ["r", "one1"], ["rc"]),
+            helper.make_node("Cast", ["rc"], ["rf"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["flat", "rf"], ["shifted"]),
+            helper.make_node("Mul", ["shifted", "ones"], ["y"]),
+            helper.make_node("Expand", ["rc", "big"], ["z"]),
+        ],
+        {"x": _f32(3, 2, 4)},
+        {
+            "zero": _i64(0),
+            "one": _i64(1),
+            "zero1": _i64([0]),
+            "one1": _i64([1]),
+            "minus1": _i64([-1]),
+            "big": _i64([1, 5]),
+        },
+        outputs=["y", "z"],
+    ),
+    "Constant": Case(
+        [
+            helper.make_node("Constant", [], ["c"], value_floats=[1.0, 2.0, 3.0]),
+            helper.make_node("Add", ["x", "c"], ["y"]),
+        ],
+        {"x": _f32(2, 3)},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_matches_onnxruntime(name: str) -> None:
+    case = CASES[name]
+    model = _model(case.nodes, case.inputs, case.outputs, case.initializers, case.opset)
+    _assert_matches(model, case.inputs)
+
+
+def test_constant_only_output_and_known_values_fold_at_trace_time() -> None:
+    # y depends on constants only: computed on numpy when traced, an eagerrt tensor out.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["x"], ["z"]),
+    ]
+    x = _f32(2, 3)
+    model = _model(nodes, {"x": x}, ["y", "z"])
+    _assert_matches(model, {"x": x})
+    loaded = ert.onnx.load(model)
+    out = loaded.run(x)
+    assert list(out) == ["y", "z"] and out["y"].numpy().tolist() == [2.0, 3.0]
+
+
+# -- dynamic axes: one trace per signature, symbolic dimensions checked ----------------------
+def _dynamic_model() -> bytes:
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"]),
+        helper.make_node("Add", ["xw", "m"], ["y"]),
+    ]
+    inputs = {"x": _f32(2, 4), "m": _f32(2, 3)}
+    return _model(
+        nodes, inputs, ["y"], {"w": _f32(4, 3)}, dims={"x": ["batch", 4], "m": ["batch", 3]}
+    )
+
+
+def test_dynamic_batch_traces_once_per_shape() -> None:
+    data = _dynamic_model()
+    model = ert.onnx.load(data)
+    assert [str(i) for i in model.inputs] == ["x: float32[batch, 4]", "m: float32[batch, 3]"]
+    for batch in (1, 5, 1):
+        x, m = _f32(batch, 4), _f32(batch, 3)
+        np.testing.assert_allclose(
+            model.run(x, m=m).numpy(), _onnxruntime(data, {"x": x, "m": m})[0], rtol=1e-5
+        )
+    assert model.function.traces == 2
+
+
+@pytest.mark.anyio
+async def test_await_model_runs_compiled() -> None:
+    model = ert.onnx.load(_dynamic_model())
+    x, m = _f32(2, 4), _f32(2, 3)
+    y = await model(x, m)
+    assert isinstance(y, ert.Tensor)
+    np.testing.assert_allclose(await y, model.eager(x, m).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        ((_f32(2, 4),), {}, ert.ArgumentError, "needs the inputs m"),
+        ((_f32(2, 4), _f32(2, 3)), {"q": 1}, ert.ArgumentError, "no input 'q'"),
+        ((_f32(2, 4),), {"x": _f32(2, 4)}, ert.ArgumentError, "given twice"),
+        (
+            (_f32(2, 4).astype(np.float64), _f32(2, 3)),
+            {},
+            ert.DTypeError,
+            "'x' must be float32, got float64",
+        ),
+        ((_f32(2, 5), _f32(2, 3)), {}, ert.ShapeError, "size 4 on axis 1"),
+        ((_f32(4), _f32(2, 3)), {}, ert.ShapeError, "needs rank 2"),
+        (
+            (_f32(2, 4), _f32(3, 3)),
+            {},
+            ert.ShapeError,
+            "'batch' is 2 in input 'x' but 3 in input 'm'",
+        ),
+    ],
+)
+def test_bad_inputs_raise_at_the_call(args: Any, kwargs: Any, error: type, match: str) -> None:
+    model = ert.onnx.load(_dynamic_model())
+    with pytest.raises(error, match=match):
+        model.run(*args, **kwargs)
+    with pytest.raises(error, match=match):
+        model.eager(*args, **kwargs)
+
+
+def test_python_lists_take_the_inputs_dtype() -> None:
+    model = ert.onnx.load(_dynamic_model())
+    y = model.run([[1, 2, 3, 4]], [[0, 0, 0]])
+    assert y.shape == (1, 3) and y.dtype == np.float32
+
+
+# -- what is refused at load ------------------------------------------------------------------
+def _refused(nodes: list[Any], inputs: dict[str, np.ndarray], **kw: Any) -> str:
+    with pytest.raises(ert.onnx.UnsupportedError) as info:
+        ert.onnx.load(_model(nodes, inputs, ["y"], **kw))
+    assert isinstance(info.value, ert.UsageError)
+    return str(info.value)
+
+
+def test_unsupported_op_is_refused_at_load_naming_the_node() -> None:
+    message = _refused([helper.make_node("NonZero", ["x"], ["y"], name="find")], {"x": _f32(3)})
+    assert "'find' (NonZero)" in message and "supported:" in message and "Conv" in message
+
+
+def test_unsupported_attribute_and_value_are_refused_at_load() -> None:
+    x = {"x": _f32(1, 1, 4, 4)}
+    message = _refused(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], storage_order=1)], x
+    )
+    assert "storage_order=1 is not supported" in message
+    message = _refused([helper.make_node("Relu", ["x"], ["y"], bogus=3)], x)
+    assert "bogus" in message and "Relu takes no attributes" in message
+
+
+def test_used_extra_output_and_foreign_domain_are_refused() -> None:
+    x = {"x": _f32(1, 1, 4, 4)}
+    unused = [helper.make_node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[2, 2])]
+    ert.onnx.load(_model(unused, x, ["y"]))  # a second output nobody reads is fine
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p", "idx"], kernel_shape=[2, 2]),
+        helper.make_node("Cast", ["idx"], ["y"], to=TensorProto.FLOAT),
+    ]
+    assert "output 'idx' is used" in _refused(nodes, x)
+    custom = [helper.make_node("FusedGemm", ["x"], ["y"], domain="com.microsoft")]
+    assert "domain 'com.microsoft'" in _refused(custom, x)
+
+
+def test_data_dependent_shape_is_refused_when_traced() -> None:
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"])]
+    model = ert.onnx.load(_model(nodes, {"x": _f32(6), "s": _i64([2, 3])}, ["y"]))
+    for run in (model.run, model.eager):
+        with pytest.raises(
+            ert.onnx.UnsupportedError,
+            match=r"input 1 \('s'\) is computed from the model's input data",
+        ):
+            run(_f32(6), _i64([2, 3]))
+
+
+def test_shape_error_inside_a_node_names_it() -> None:
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"], name="proj")]
+    model = ert.onnx.load(
+        _model(
+            nodes, {"a": _f32(2, 3), "b": _f32(4, 5)}, ["y"], dims={"a": ["n", "k"], "b": ["k2", 5]}
+        )
+    )
+    with pytest.raises(ert.ShapeError) as info:
+        model.run(_f32(2, 3), _f32(4, 5))
+    assert "ONNX node 'proj' (MatMul)" in "".join(getattr(info.value, "__notes__", []))
+
+
+def test_load_takes_paths_bytes_and_protos(tmp_path: Any) -> None:
+    data = _dynamic_model()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    for source in (path, str(path), data, onnx.load_from_string(data)):
+        assert ert.onnx.load(source).outputs[0].name == "y"
+    with pytest.raises(ert.ArgumentError, match="no ONNX file"):
+        ert.onnx.load(tmp_path / "missing.onnx")
+    with pytest.raises(ert.ArgumentError, match="takes a path"):
+        ert.onnx.load(3)
+
+
+def test_missing_onnx_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    with pytest.raises(ert.UsageError, match=r"pip install 'eagerrt\[models\]'"):
+        ert.onnx.load(b"")
+
+
+def test_import_eagerrt_does_not_import_onnx() -> None:
+    code = (
+        "import sys, eagerrt as ert\n"
+        "assert 'onnx' not in sys.modules and 'eagerrt.onnx' not in sys.modules\n"
+        "assert ert.onnx.load is not None and 'eagerrt.onnx' in sys.modules\n"
+        "assert 'onnx' not in sys.modules  # the loader imports it on first use\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- GELU: the exporters' erf chain becomes one op ---------------------------------------------
+def _gelu_chain(order: str) -> list[Any]:
+    head = [
+        helper.make_node("Div", ["x", "sqrt2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["a"]),
+    ]
+    if order == "x-first":  # torch's export: (x * (1 + erf)) * 0.5
+        tail = [
+            helper.make_node("Mul", ["x", "a"], ["m"]),
+            helper.make_node("Mul", ["m", "half"], ["y"]),
+        ]
+    else:  # (x * 0.5) * (1 + erf)
+        tail = [
+            helper.make_node("Mul", ["x", "half"], ["m"]),
+            helper.make_node("Mul", ["m", "a"], ["y"]),
+        ]
+    return head + tail
+
+
+GELU_CONSTANTS = {
+    "sqrt2": np.array(np.sqrt(2.0), np.float32),
+    "one": np.array(1.0, np.float32),
+    "half": np.array(0.5, np.float32),
+}
+
+
+@pytest.mark.parametrize("order", ["x-first", "half-first"])
+def test_gelu_chain_becomes_one_op(order: str) -> None:
+    x = _f32(4, 6)
+    model = _model(_gelu_chain(order), {"x": x}, ["y"], GELU_CONSTANTS)
+    assert [n.op_type for n in ert.onnx.load(model).nodes] == ["Gelu"]
+    assert [n.op_type for n in ert.onnx.load(model, fuse=False).nodes] == [
+        "Div",
+        "Erf",
+        "Add",
+        "Mul",
+        "Mul",
+    ]
+    _assert_matches(model, {"x": x})
+
+
+def test_gelu_chain_with_an_intermediate_used_elsewhere_is_kept() -> None:
+    nodes = _gelu_chain("x-first")
+    nodes.append(helper.make_node("Add", ["y", "e"], ["z"]))
+    x = _f32(3, 3)
+    model = _model(nodes, {"x": x}, ["z"], GELU_CONSTANTS)
+    assert "Erf" in [n.op_type for n in ert.onnx.load(model).nodes]
+    _assert_matches(model, {"x": x})
+
+
+# -- real models ------------------------------------------------------------------------------
+def test_resnet18_export_matches_onnxruntime(tmp_path: Any) -> None:
+    torch = pytest.importorskip("torch")
+    reference = pytest.importorskip("models.torch_reference")
+    path = reference.export_onnx(
+        reference.random_resnet18(seed=1),
+        (torch.zeros(1, 3, 32, 32),),
+        tmp_path / "resnet18.onnx",
+        input_names=["image"],
+        output_names=["logits"],
+        dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+    )
+    model = ert.onnx.load(path)
+    assert [str(i) for i in model.inputs] == ["image: float32[batch, 3, 32, 32]"]
+    for batch in (1, 3):
+        image = RNG.standard_normal((batch, 3, 32, 32)).astype(np.float32)
+        _assert_matches(path.read_bytes(), {"image": image}, atol=1e-4, loaded=model)
+    assert model.function.traces == 2  # one per batch size
+
+
+def test_minilm_export_matches_onnxruntime(tmp_path: Any) -> None:
+    pytest.importorskip("torch")
+    reference = pytest.importorskip("models.torch_reference")
+    path = reference.export_minilm_onnx(tmp_path / "minilm.onnx")
+    model = ert.onnx.load(path)
+    assert [i.shape for i in model.inputs] == [("batch", "sequence")] * 2
+    assert "Erf" not in {n.op_type for n in model.nodes}  # GELU fused
+    ids = RNG.integers(0, 30522, (3, 11)).astype(np.int64)
+    mask = np.ones_like(ids)
+    mask[1, 7:] = 0  # padding
+    mask[2, 4:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    _assert_matches(path.read_bytes(), inputs, atol=1e-4, loaded=model)
