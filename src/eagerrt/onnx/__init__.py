@@ -4,8 +4,8 @@ The loader reads the model (with the ``onnx`` package, from the ``models``
 extra: ``pip install 'eagerrt[models]'``), checks every node against the op
 table and gives an :class:`OnnxModel`: ``await model(x)`` runs the graph
 through :func:`eagerrt.function`, ``model.eager(x)`` op by op. Shapes and
-constants are computed at trace time (see :mod:`eagerrt.onnx.interpreter`), so
-exporters' dynamic-axis shape arithmetic costs nothing per call.
+constants are computed at trace time, on numpy, so exporters' dynamic-axis
+shape arithmetic costs nothing per call.
 
 >>> import eagerrt as ert
 >>> "Conv" in ert.onnx.supported_ops()
