@@ -60,3 +60,8 @@ def test_every_example_is_exercised_by_a_test() -> None:
     for example in sorted((ROOT / "examples").iterdir()):
         if example.suffix in (".py", ".ipynb"):
             assert f'"{example.name}"' in tests, f"no test runs examples/{example.name}"
+    # The models are modules that tests import (``from models import resnet``).
+    for model in sorted((ROOT / "examples" / "models").glob("*.py")):
+        if model.stem != "__init__":
+            imported = re.search(rf"from models import [\w, ]*\b{model.stem}\b", tests)
+            assert imported, f"no test imports examples/models/{model.name}"
