@@ -10,6 +10,10 @@
 * ``eventually``: polls a predicate for bookkeeping that trails a completion.
 * ``clean_errors``: waits for outstanding work and drops failures other tests left
   unread, so ``synchronize()`` sees only this test's failures.
+
+examples/ goes on sys.path, so the model tests (tests/models/) import the example models
+as ``from models import resnet``. (A conftest.py there would shadow this one: test
+directories are not packages.)
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import pathlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +32,10 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+if str(EXAMPLES) not in sys.path:
+    sys.path.append(str(EXAMPLES))
 
 #: Far above any inline threshold: the op always goes to its device's executor.
 HUGE_COST = 1e15

@@ -20,6 +20,12 @@ from models import resnet, torch_reference  # noqa: E402
 EXAMPLE = pathlib.Path(resnet.__file__)
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """A whole model is slow to run on three loops: the loops are tested elsewhere."""
+    return "asyncio"
+
+
 @pytest.fixture(scope="module")
 def reference() -> torch_reference.ResNet18CIFAR:
     return torch_reference.random_resnet18(seed=0)
