@@ -139,21 +139,42 @@ class LastHiddenState(nn.Module):
         return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
-def export_minilm_onnx(path: str | os.PathLike[str]) -> pathlib.Path:
+class SentenceEmbedding(nn.Module):
+    """A Hugging Face BERT plus sentence-transformers' mean pooling over the real tokens
+    and L2 normalization: all-MiniLM-L6-v2's whole pipeline after tokenization."""
+
+    def __init__(self, bert: nn.Module) -> None:
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+        return F.normalize(pooled, p=2.0, dim=1)
+
+
+def export_minilm_onnx(path: str | os.PathLike[str], *, pooled: bool = False) -> pathlib.Path:
     """all-MiniLM-L6-v2's BERT encoder (the bundled weights) as an ONNX file.
 
     Inputs ``input_ids`` and ``attention_mask`` (int64, ``(batch, sequence)``, both
     dynamic), output ``last_hidden_state`` (float32, ``(batch, sequence, 384)``),
-    before sentence-transformers' mean pooling and normalization.
+    before sentence-transformers' mean pooling and normalization; with ``pooled``, output
+    ``sentence_embedding`` (``(batch, 384)``) after them, the whole pipeline.
     """
     bert = sentence_transformer()[0].auto_model.eval()
     example = torch.ones((2, 8), dtype=torch.int64)
     axes = {0: "batch", 1: "sequence"}
+    if pooled:
+        module: nn.Module = SentenceEmbedding(bert)
+        output, output_axes = "sentence_embedding", {0: "batch"}
+    else:
+        module, output, output_axes = LastHiddenState(bert), "last_hidden_state", axes
     return export_onnx(
-        LastHiddenState(bert),
+        module,
         (example, example),
         path,
         input_names=["input_ids", "attention_mask"],
-        output_names=["last_hidden_state"],
-        dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes},
+        output_names=[output],
+        dynamic_axes={"input_ids": axes, "attention_mask": axes, output: output_axes},
     )
