@@ -307,6 +307,41 @@ def test_conv2d_product_strategies(
     close(got, ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1), scale=20)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("blocks", ["rows", "images", "one"])
+@pytest.mark.parametrize(
+    "xs, ws, stride, groups",
+    [
+        ((3, 6, 9, 8), (8, 6, 3, 3), 2, 1),
+        ((1, 6, 9, 8), (8, 3, 3, 3), 2, 2),  # one image: products split by channels
+        ((4, 8, 5, 7), (6, 4, 3, 1), (2, 1), 2),
+        ((1, 5, 6, 6), (4, 5, 3, 3), 1, 1),  # stride 1, one image
+    ],
+)
+def test_conv2d_gathered_blocks_and_threads(
+    xs: tuple[int, ...],
+    ws: tuple[int, ...],
+    stride: Any,
+    groups: int,
+    blocks: str,
+    threads: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # im2col by gathering, cut into blocks of a few rows, of whole images, or one
+    # block, shared by two threads however small (or not, on one thread).
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_CHANNELS", 10**9)
+    monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
+    x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+    geo = nn_ops._conv_geometry(x, w, b, stride, 1, 1, groups)
+    image = 4 * ws[1] * ws[2] * ws[3] * geo.ho * geo.wo  # an image's im2col bytes
+    budget = {"rows": image // geo.ho * 2, "images": image, "one": 1 << 30}[blocks]
+    monkeypatch.setattr(nn_ops, "_IM2COL_BYTES", budget)
+    with ert.config.override(num_threads=threads):
+        got = ert.conv2d(x, w, b, stride=stride, padding=1, groups=groups).numpy()
+    want = ref_conv2d(x, w, b, _pair(stride), (1, 1, 1, 1), (1, 1), groups)
+    close(got, want, scale=5)
+
+
 WINOGRAD_CASES = [
     # (N, C, H, W), O, padding, groups
     ((2, 4, 7, 9), 5, 1, 1),  # odd sizes: partial tiles at the border

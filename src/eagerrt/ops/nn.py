@@ -357,11 +357,11 @@ def _conv2d_kernel(
     elif _winograd_fits(g):
         _conv2d_winograd(x4, weight, bias, g, out)
         return out if x.ndim == 4 else out[0]
-    elif (g.sh, g.sw) == (1, 1):
+    elif (g.sh, g.sw) == (1, 1) and g.n >= 2:
         _conv2d_stride1(x4, wmat, bias, g, out)
         return out if x.ndim == 4 else out[0]
     else:
-        _conv2d_strided(x4, wmat, g, out)
+        _conv2d_gathered(x4, wmat, g, out)
     if bias is not None:
         out += bias.reshape(-1, 1, 1)
     return out if x.ndim == 4 else out[0]
@@ -581,28 +581,104 @@ def _winograd_blocks(
             winograd_output(m, out[n0 + k], bias, k * span, r0, r1)
 
 
-def _conv2d_strided(x: np.ndarray, wmat: np.ndarray, g: _Conv, out: np.ndarray) -> None:
-    """Any stride: im2col gathers each output pixel's taps (zeros in the padding)."""
+def _conv2d_gathered(x: np.ndarray, wmat: np.ndarray, g: _Conv, out: np.ndarray) -> None:
+    """Any stride: im2col gathers each output pixel's taps (zeros in the padding),
+    then BLAS multiplies. The work is cut into blocks (several whole images when
+    they are small, so one product covers them all and the weights are read once
+    per block, not per image; else rows of one image), each an im2col matrix of
+    about ``_IM2COL_BYTES``. Several blocks are shared by two threads; a single
+    block (one small image) is gathered once and its product split by output
+    channels over two threads. Each thread runs BLAS on its own thread."""
+    taps = (g.c // g.groups) * g.kh * g.kw
+    pixels = g.ho * g.wo
+    per_row = taps * g.wo * x.itemsize
+    blocks: list[tuple[int, int, int, int]]  # (first image, end image, first row, end row)
+    if per_row * g.ho <= _IM2COL_BYTES:
+        images = _even_share(g.n, max(1, _IM2COL_BYTES // (per_row * g.ho)))
+        blocks = [(n0, min(g.n, n0 + images), 0, g.ho) for n0 in range(0, g.n, images)]
+    else:
+        rows = _even_share(g.ho, max(1, _IM2COL_BYTES // per_row))
+        blocks = [
+            (n0, n0 + 1, r0, min(g.ho, r0 + rows))
+            for n0 in range(g.n)
+            for r0 in range(0, g.ho, rows)
+        ]
+    two = config.num_threads >= 2 and _blas_local() is not None
+    two = two and 2.0 * g.o * taps * g.n * pixels >= _SPLIT_FLOPS
+    if len(blocks) >= 2 and two:
+        _shared_by_two(_gathered_blocks, len(blocks), x, wmat, g, out, blocks)
+        return
+    if len(blocks) == 1 and two:
+        n0, n1, _, _ = blocks[0]
+        cols = _gather(x, g, n0, n1, 0, g.ho)
+        res = np.empty((g.o, (n1 - n0) * pixels), x.dtype)
+        _in_two(_gathered_channels, g.o // g.groups, wmat, cols, res, g)
+        _scatter(res, out, g, n0, n1, 0, g.ho)
+        return
+    _gathered_blocks(x, wmat, g, out, blocks, range(len(blocks)), False)
+
+
+def _gather(x: np.ndarray, g: _Conv, n0: int, n1: int, r0: int, r1: int) -> np.ndarray:
+    """The im2col matrix of output rows [r0, r1) of images [n0, n1): (groups,
+    taps, images * pixels), each image's pixels in a run of columns."""
     from ._numba_nn import im2col
 
-    og, cg = g.o // g.groups, g.c // g.groups
-    taps = cg * g.kh * g.kw
-    # Blocks of output rows: im2col fills (taps, rows * wo), one BLAS matmul
-    # (og, taps) @ (taps, rows * wo) writes those rows of every out channel.
-    rows = max(1, min(g.ho, _IM2COL_BYTES // (taps * g.wo * x.itemsize)))
-    cols = np.empty((taps, rows * g.wo), x.dtype)
-    flat = out.reshape(g.n, g.o, g.ho * g.wo)
-    for ni in range(g.n):
+    cg = g.c // g.groups
+    span = (r1 - r0) * g.wo
+    cols = np.empty((g.groups, cg * g.kh * g.kw, (n1 - n0) * span), x.dtype)
+    for k in range(n1 - n0):
         for gi in range(g.groups):
-            dest = flat[ni, gi * og : (gi + 1) * og]
-            for r0 in range(0, g.ho, rows):
-                r1 = min(g.ho, r0 + rows)
-                block = cols[:, : (r1 - r0) * g.wo]
-                im2col(
-                    x[ni], block, gi * cg, (gi + 1) * cg,
-                    g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, r0, r1, g.wo,
-                )  # fmt: skip
-                np.matmul(wmat[gi], block, out=dest[:, r0 * g.wo : r1 * g.wo])
+            im2col(
+                x[n0 + k], cols[gi], k * span, gi * cg, (gi + 1) * cg,
+                g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, r0, r1, g.wo,
+            )  # fmt: skip
+    return cols
+
+
+def _scatter(
+    res: np.ndarray, out: np.ndarray, g: _Conv, n0: int, n1: int, r0: int, r1: int
+) -> None:
+    """Copy a block's products (O, images * pixels) into ``out``'s rows [r0, r1)."""
+    span = (r1 - r0) * g.wo
+    flat = out.reshape(g.n, g.o, g.ho * g.wo)
+    dest = flat[n0:n1, :, r0 * g.wo : r1 * g.wo]
+    np.copyto(dest, res.reshape(g.o, n1 - n0, span).transpose(1, 0, 2))
+
+
+def _gathered_blocks(
+    x: np.ndarray,
+    wmat: np.ndarray,
+    g: _Conv,
+    out: np.ndarray,
+    blocks: list[tuple[int, int, int, int]],
+    units: Iterable[int],
+    single: bool,
+) -> None:
+    """The blocks ``units`` of :func:`_conv2d_gathered`, gathered and multiplied
+    on this thread."""
+    og = g.o // g.groups
+    flat = out.reshape(g.n, g.o, g.ho * g.wo)
+    for unit in units:
+        n0, n1, r0, r1 = blocks[unit]
+        cols = _gather(x, g, n0, n1, r0, r1)
+        if n1 - n0 == 1:  # one image: the products land in place
+            for gi in range(g.groups):
+                dest = flat[n0, gi * og : (gi + 1) * og, r0 * g.wo : r1 * g.wo]
+                np.matmul(wmat[gi], cols[gi], out=dest)
+            continue
+        res = np.empty((g.o, cols.shape[2]), x.dtype)
+        for gi in range(g.groups):
+            np.matmul(wmat[gi], cols[gi], out=res[gi * og : (gi + 1) * og])
+        _scatter(res, out, g, n0, n1, r0, r1)
+
+
+def _gathered_channels(
+    wmat: np.ndarray, cols: np.ndarray, res: np.ndarray, g: _Conv, o0: int, o1: int, single: bool
+) -> None:
+    """Output channels [o0, o1) of each group of one gathered block's products."""
+    og = g.o // g.groups
+    for gi in range(g.groups):
+        np.matmul(wmat[gi, o0:o1], cols[gi], out=res[gi * og + o0 : gi * og + o1])
 
 
 _conv2d = define_op(
