@@ -378,6 +378,22 @@ def test_conv2d_winograd(
     close(got, want if x.ndim == 4 else want[0], dtype, scale=5)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("xs", [(1, 8, 7, 10), (3, 6, 4, 4)])
+def test_conv2d_winograd_one_block_split_by_channels(
+    xs: tuple[int, ...], bias: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A single block of tiles (one small image, or a few whole ones) on two
+    # threads: products and output transform split by output channels.
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
+    x, w = rand(*xs), rand(7, xs[1], 3, 3)
+    b = rand(7) if bias else None
+    with ert.config.override(num_threads=2):
+        got = ert.conv2d(x, w, b, padding=1).numpy()
+    close(got, ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1), scale=5)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_conv2d_winograd_real_sizes(threads: int) -> None:
     # The default blocks (rows of 56x56 images over two threads; whole 14x14

@@ -411,6 +411,32 @@ def test_linear_and_conv2d_epilogues() -> None:
     compare(f, x, img)
 
 
+def test_constant_conv_weights_are_prepared_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conv2d whose weight is a constant gets its Winograd weights when the plan
+    is built (``Op.prepare``), not on every call; a weight that is an input (or an
+    eager call) transforms per call, as before. Results stay equal."""
+    from eagerrt.ops import nn as nn_ops
+
+    made = []
+    transform = nn_ops._winograd_u
+    monkeypatch.setattr(nn_ops, "_winograd_u", lambda w, g: made.append(w.shape) or transform(w, g))
+    cw = ert.asarray(rng.standard_normal((16, 8, 3, 3)).astype(np.float32))
+    cb = ert.asarray(rng.standard_normal(16).astype(np.float32))
+
+    @ert.function
+    def f(x: Any, w: Any) -> Any:
+        return ert.relu(ert.conv2d(x, cw, cb, padding=1)), ert.conv2d(x, w, padding=1)
+
+    x = arr(rng.standard_normal((2, 8, 16, 16)), "float32")
+    w = arr(rng.standard_normal((4, 8, 3, 3)), "float32")
+    assert nn_ops._winograd_fits(nn_ops._conv_geometry(x, cw, cb, 1, 1, 1, 1))
+    compare(f, x, w)  # compiles (cw's transform), runs compiled and eagerly
+    made.clear()
+    for _ in range(3):
+        f(x, w)[0].numpy()
+    assert made == [(4, 8, 3, 3)] * 3  # the input weight only
+
+
 def test_product_read_elsewhere_keeps_its_node() -> None:
     w = ert.asarray(W)
 

@@ -23,7 +23,19 @@ OutKernel = Callable[..., Any]
 
 
 def kernel_for(node: Node) -> Callable[..., Any]:
-    """The kernel an eager call with these operands would run (specializers included)."""
+    """The kernel an eager call with these operands would run (specializers
+    included), or where the op prepares for constant operands and some are
+    constants, the kernel it prepared (see ``Op.prepare``)."""
+    preparers = getattr(node.op, "_preparers", None)
+    if preparers:
+        preparer = preparers.get(node.out.device.name)
+        constants = {
+            i: v.const for i, v in enumerate(node.inputs) if type(v) is Value and v.is_const
+        }
+        if preparer is not None and constants:
+            prepared = preparer(constants, *node.inputs, **node.static)
+            if prepared is not None:
+                return prepared
     return eager_kernel(node.op, node.inputs, node.static, node.out.device)
 
 

@@ -137,6 +137,7 @@ class Op:
         "_last1",
         "_last2",
         "_operand_names",
+        "_preparers",
         "_specializers",
         "_static_names",
         "call1",
@@ -181,6 +182,7 @@ class Op:
         self.cost: Cost = cost or elementwise_cost
         self.kernels: dict[str, Kernel] = {}
         self._specializers: dict[str, Callable[..., Kernel | None]] = {}
+        self._preparers: dict[str, Callable[..., Kernel | None]] = {}
         self._by_device: dict[Device, Kernel] = {}
         self._last1: tuple[Any, ...] | None = None
         self._last2: tuple[Any, ...] | None = None
@@ -227,6 +229,22 @@ class Op:
         def register(fn: Callable[..., Kernel | None]) -> Callable[..., Kernel | None]:
             self._specializers[device] = fn
             self.forget_calls()
+            return fn
+
+        return register
+
+    def prepare(self, device: str) -> Callable[[Callable[..., Kernel | None]], Any]:
+        """Decorator: in graph mode, ``fn(constants, *args, **static)`` may return a
+        kernel for a node whose operands at the positions in ``constants`` (a dict:
+        position -> numpy array) are the compiled function's constants (weights),
+        or None. The kernel is called like the usual one, every operand passed,
+        and may use work done once on the constants here instead (a convolution's
+        transformed weights): graph mode computes from weights once, at compile
+        time, as constant folding does. Eager calls never use it.
+        """
+
+        def register(fn: Callable[..., Kernel | None]) -> Callable[..., Kernel | None]:
+            self._preparers[device] = fn
             return fn
 
         return register
