@@ -357,15 +357,18 @@ WINOGRAD_CASES = [
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("span", ["compact", "gapped"])
 @pytest.mark.parametrize("block", ["tiny", "rows", "images"])
 @pytest.mark.parametrize("case", WINOGRAD_CASES, ids=str)
 def test_conv2d_winograd(
-    case: Any, block: str, dtype: Any, bias: bool, monkeypatch: pytest.MonkeyPatch
+    case: Any, block: str, span: str, dtype: Any, bias: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Small shapes forced onto the Winograd path, with blocks of one tile row,
-    # of a few rows of an image, and of several whole images.
+    # of a few rows of an image, and of several whole images; tile rows stored
+    # without or with the dropped column.
     xs, o, padding, groups = case
     monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_COMPACT_TILES", 10**9 if span == "compact" else 0)
     monkeypatch.setattr(nn_ops, "_WINOGRAD_BYTES", 0)
     monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_COLS", {"tiny": 1, "rows": 13, "images": 100}[block])
     x, w = rand(*xs, dtype=dtype), rand(o * groups, xs[-3] // groups, 3, 3, dtype=dtype)

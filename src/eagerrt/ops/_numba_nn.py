@@ -154,9 +154,12 @@ def im2col_rows(
 # tile d under it as Y = A^T [(G g G^T) * (B^T d B)] A: 16 multiplications per
 # tile and channel pair instead of 36. The caller transforms the weights
 # (G g G^T) and does the multiplications as 16 BLAS matmuls; these kernels do
-# the input and output transforms. Tiles of a tile row are laid out ``tw + 1``
-# columns apart (the extra column is computed and dropped), so every loop
-# below runs over a whole block of tile rows as one contiguous range.
+# the input and output transforms. The input transform works on tile rows
+# ``tw + 1`` columns apart (the extra column is computed and dropped), so its
+# loops run over a whole block of tile rows as one contiguous range, and stores
+# them ``span`` (``tw + 1`` or ``tw``) apart. ``tw + 1`` keeps the stores
+# contiguous too; ``tw`` spares the products (the bulk of the work) the dropped
+# column, one in three for a 4x4 image (tw = 2) but one in seventeen at 32x32.
 #
 # The arrays are indexed flat with unsigned offsets: numba wraps negative
 # (signed) indices, and that check keeps LLVM from vectorizing these loops
@@ -220,13 +223,14 @@ def winograd_weights(w: Any, u: Any) -> None:  # pragma: no cover - compiled
 
 @numba.njit(nogil=True, cache=True)
 def winograd_input(
-    x: Any, v: Any, col: int, ty0: int, ty1: int, tw: int, ph: int, pw: int
+    x: Any, v: Any, col: int, ty0: int, ty1: int, tw: int, span: int, ph: int, pw: int
 ) -> None:  # pragma: no cover - compiled
     """``B^T d B`` of the 4x4 input tiles d of tile rows [ty0, ty1) of the
     C-contiguous image ``x`` (C, H, W) (tile (ty, tx) starts at input pixel
     (2ty - ph, 2tx - pw); pixels outside ``x`` read as zeros), ``tw`` tiles a
     row: element (i, j) of channel c's transform goes to ``v[4i + j, c, k]``
-    (``v`` C-contiguous), column ``k = col + (ty - ty0) * (tw + 1) + tx``."""
+    (``v`` C-contiguous), column ``k = col + (ty - ty0) * span + tx`` (``span``:
+    ``tw + 1`` or ``tw``)."""
     channels, h, w = x.shape
     rows = ty1 - ty0
     wt = tw + 1
@@ -277,24 +281,31 @@ def winograd_input(
             # The same combinations of its columns e0, o0, e1, o1 (times B):
             # e0 - e1, o0 + e1, e1 - o0, o0 - o1.
             at = 4 * i * step + c * cols + col
-            _combine(t, 0, 1, True, vf, at, n)
-            _combine(t, n + 1, 1, False, vf, at + step, n)
-            _combine(t, 1, n + 1, True, vf, at + 2 * step, n)
-            _combine(t, n + 1, n + 2, True, vf, at + 3 * step, n)
+            if span == wt:  # the whole block as one range
+                _combine(t, 0, 1, True, vf, at, n)
+                _combine(t, n + 1, 1, False, vf, at + step, n)
+                _combine(t, 1, n + 1, True, vf, at + 2 * step, n)
+                _combine(t, n + 1, n + 2, True, vf, at + 3 * step, n)
+                continue
+            for r in range(rows):  # row by row, the dropped column left out
+                k = r * wt
+                _combine(t, k, k + 1, True, vf, at, tw)
+                _combine(t, n + 1 + k, k + 1, False, vf, at + step, tw)
+                _combine(t, k + 1, n + 1 + k, True, vf, at + 2 * step, tw)
+                _combine(t, n + 1 + k, n + 2 + k, True, vf, at + 3 * step, tw)
+                at += span
 
 
 @numba.njit(nogil=True, cache=True)
 def winograd_output(
-    m: Any, out: Any, bias: Any, col: int, ty0: int, ty1: int
+    m: Any, out: Any, bias: Any, col: int, ty0: int, ty1: int, span: int
 ) -> None:  # pragma: no cover - compiled
     """``out[o, 2ty:2ty+2, 2tx:2tx+2] = A^T m A + bias[o]`` for tile rows
     [ty0, ty1) of the C-contiguous image ``out`` (O, Ho, Wo), from the tiles'
     products ``m`` (16, O, columns), C-contiguous, laid out as
-    :func:`winograd_input` lays out its tiles; cells of border tiles beyond
-    ``out`` are dropped."""
+    :func:`winograd_input` lays out its tiles (tile rows ``span`` columns
+    apart); cells of border tiles beyond ``out`` are dropped."""
     channels, ho, wo = out.shape
-    tw = (wo + 1) // 2
-    wt = tw + 1
     half = wo // 2  # tiles whose both columns are in ``out``
     cols = m.shape[2]
     step = channels * cols  # from m[i] to m[i + 1]
@@ -303,7 +314,7 @@ def winograd_output(
     for o in range(channels):
         b = bias[o]
         for ty in range(ty0, ty1):
-            q = o * cols + col + (ty - ty0) * wt
+            q = o * cols + col + (ty - ty0) * span
             top = (o * ho + 2 * ty) * wo
             bottom = top + wo if 2 * ty + 1 < ho else -1
             # Row 0 of A^T m is m0 + m1 + m2 (m_i: row i of the tile's 4x4),

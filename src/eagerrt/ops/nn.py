@@ -534,14 +534,15 @@ def _conv2d_winograd(
     mode, :func:`_conv2d_constant_weight`).
     """
     th, tw = (g.ho + 1) // 2, (g.wo + 1) // 2
-    per_image = th * (tw + 1)  # block columns an image takes
+    span = _winograd_span(tw)
+    per_image = th * span  # block columns an image takes
     most = max(_WINOGRAD_MIN_COLS, _WINOGRAD_BYTES // (16 * (g.c + g.o) * x.itemsize))
     blocks: list[tuple[int, int, int, int]]  # (first image, end image, first row, end row)
     if per_image <= most:  # whole images a block, two blocks at least
         images = _even_share(g.n, max(1, min(most // per_image, -(-g.n // 2))))
         blocks = [(n0, min(g.n, n0 + images), 0, th) for n0 in range(0, g.n, images)]
     else:
-        rows = _even_share(th, max(1, most // (tw + 1)))
+        rows = _even_share(th, max(1, most // span))
         blocks = [
             (n0, n0 + 1, r0, min(th, r0 + rows)) for n0 in range(g.n) for r0 in range(0, th, rows)
         ]
@@ -552,19 +553,31 @@ def _conv2d_winograd(
     two = config.num_threads >= 2 and _blas_local() is not None
     if len(blocks) >= 2 and two:
         _shared_by_two(_winograd_blocks, len(blocks), *args)
-    elif two and g.groups == 1 and 32.0 * g.o * g.c * th * (tw + 1) >= _SPLIT_FLOPS:
+    elif two and g.groups == 1 and 32.0 * g.o * g.c * per_image >= _SPLIT_FLOPS:
         # One block (a small image): transformed once, its products and output
         # transform split by output channels over two threads.
         from ._numba_nn import winograd_input
 
         n0, n1, r0, r1 = blocks[0]
-        span = (r1 - r0) * (tw + 1)
-        v = np.empty((16, g.c, (n1 - n0) * span), x.dtype)
+        cols = (r1 - r0) * span  # an image's
+        v = np.empty((16, g.c, (n1 - n0) * cols), x.dtype)
         for k in range(n1 - n0):
-            winograd_input(x[n0 + k], v, k * span, r0, r1, tw, g.ph, g.pw)
+            winograd_input(x[n0 + k], v, k * cols, r0, r1, tw, span, g.ph, g.pw)
         _in_two(_winograd_channels, g.o, u[0], v, b, out, blocks[0])
     else:
         _winograd_blocks(*args, range(len(blocks)), False)
+
+
+def _winograd_span(tw: int) -> int:
+    """Columns a tile row takes in the transformed blocks: ``tw`` (no dropped
+    column for the products to compute) where that saves a fifth or more of
+    them, else ``tw + 1`` (the input transform stores whole blocks at once;
+    measured faster from 32x32 images up, slower at 4x4)."""
+    return tw if tw <= _WINOGRAD_COMPACT_TILES else tw + 1
+
+
+#: Tile rows at most this long (images at most 8 wide) store no dropped column.
+_WINOGRAD_COMPACT_TILES = 4
 
 
 def _winograd_u(weight: np.ndarray, g: _Conv) -> np.ndarray:
@@ -592,11 +605,11 @@ def _winograd_channels(
 
     n0, n1, r0, r1 = block
     cols = v.shape[2]
-    span = cols // (n1 - n0)
+    image = cols // (n1 - n0)  # columns an image takes
     m = np.empty((16, o1 - o0, cols), v.dtype)
     np.matmul(u[:, o0:o1], v, out=m)
     for k in range(n1 - n0):
-        winograd_output(m, out[n0 + k, o0:o1], bias[o0:o1], k * span, r0, r1)
+        winograd_output(m, out[n0 + k, o0:o1], bias[o0:o1], k * image, r0, r1, image // (r1 - r0))
 
 
 def _winograd_blocks(
@@ -617,15 +630,16 @@ def _winograd_blocks(
 
     tw = (g.wo + 1) // 2
     og, cg = g.o // g.groups, g.c // g.groups
-    width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks) * (tw + 1)
+    span = _winograd_span(tw)
+    width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks) * span
     v = np.empty((16, g.c, width), x.dtype)  # the input tiles, transformed
     m = np.empty((16, g.o, width), x.dtype)  # their products with the weights
     for unit in units:
         n0, n1, r0, r1 = blocks[unit]
-        span = (r1 - r0) * (tw + 1)  # columns an image takes
-        cols = (n1 - n0) * span
+        image = (r1 - r0) * span  # columns an image takes
+        cols = (n1 - n0) * image
         for k in range(n1 - n0):
-            winograd_input(x[n0 + k], v, k * span, r0, r1, tw, g.ph, g.pw)
+            winograd_input(x[n0 + k], v, k * image, r0, r1, tw, span, g.ph, g.pw)
         for gi in range(g.groups):
             np.matmul(
                 u[gi],
@@ -633,7 +647,7 @@ def _winograd_blocks(
                 out=m[:, gi * og : (gi + 1) * og, :cols],
             )
         for k in range(n1 - n0):
-            winograd_output(m, out[n0 + k], bias, k * span, r0, r1)
+            winograd_output(m, out[n0 + k], bias, k * image, r0, r1, span)
 
 
 def _conv2d_gathered(x: np.ndarray, wmat: np.ndarray, g: _Conv, out: np.ndarray) -> None:
