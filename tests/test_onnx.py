@@ -593,10 +593,56 @@ def test_minilm_export_matches_onnxruntime(tmp_path: Any) -> None:
     path = reference.export_minilm_onnx(tmp_path / "minilm.onnx")
     model = ert.onnx.load(path)
     assert [i.shape for i in model.inputs] == [("batch", "sequence")] * 2
-    assert "Erf" not in {n.op_type for n in model.nodes}  # GELU fused
+    op_types = {n.op_type for n in model.nodes}
+    assert "Erf" not in op_types and "Softmax" not in op_types  # GELU and attention fused
     ids = RNG.integers(0, 30522, (3, 11)).astype(np.int64)
     mask = np.ones_like(ids)
     mask[1, 7:] = 0  # padding
     mask[2, 4:] = 0
     inputs = {"input_ids": ids, "attention_mask": mask}
     _assert_matches(path.read_bytes(), inputs, atol=1e-4, loaded=model)
+
+
+# -- attention: PyTorch's exported scaled_dot_product_attention becomes one op ------------------
+def _attention_graph(guard: bool) -> tuple[list[Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    nodes = [
+        helper.make_node("Mul", ["q", "c"], ["qs"]),
+        helper.make_node("Mul", ["kt", "c"], ["kts"]),
+        helper.make_node("MatMul", ["qs", "kts"], ["scores"]),
+        helper.make_node("Add", ["scores", "mask"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+    ]
+    if guard:  # what torch exports: a fully masked row's NaNs become zeros
+        nodes += [
+            helper.make_node("IsNaN", ["p"], ["nan"]),
+            helper.make_node("Where", ["nan", "zero", "p"], ["p2"]),
+            helper.make_node("MatMul", ["p2", "v"], ["y"]),
+        ]
+    else:
+        nodes.append(helper.make_node("MatMul", ["p", "v"], ["y"]))
+    mask = np.zeros((2, 1, 5, 6), np.float32)
+    mask[0, 0, :, 4:] = -np.inf  # padding
+    mask[1, 0, 3, :] = -np.inf  # a row that may attend to nothing
+    inputs = {"q": _f32(2, 3, 5, 4), "kt": _f32(2, 3, 4, 6), "v": _f32(2, 3, 6, 7), "mask": mask}
+    constants = {"c": np.array(0.5**0.5, np.float32), "zero": np.zeros(1, np.float32)}
+    return nodes, inputs, constants
+
+
+def test_exported_attention_becomes_one_op() -> None:
+    nodes, inputs, constants = _attention_graph(guard=True)
+    model = _model(nodes, inputs, ["y"], constants)
+    loaded = ert.onnx.load(model)
+    assert [n.op_type for n in loaded.nodes] == ["ScaledDotProductAttention"]
+    assert loaded.nodes[0].attrs["scale"] == pytest.approx(0.5)
+    assert len(ert.onnx.load(model, fuse=False).nodes) == len(nodes)
+    _assert_matches(model, inputs, loaded=loaded)
+    assert not np.isnan(loaded.run(**inputs).numpy()).any()
+
+
+def test_masked_attention_without_the_nan_guard_is_kept() -> None:
+    # Without the guard a fully masked row is NaN in ONNX; the fused op would give zeros.
+    nodes, inputs, constants = _attention_graph(guard=False)
+    loaded = ert.onnx.load(_model(nodes, inputs, ["y"], constants))
+    assert "Softmax" in [n.op_type for n in loaded.nodes]
+    inputs["mask"][1, 0, 3, 0] = 0.0  # no fully masked row: ONNX Runtime's output has no NaN
+    _assert_matches(_model(nodes, inputs, ["y"], constants), inputs)

@@ -1,9 +1,15 @@
-"""Load-time rewrites of ONNX subgraphs into single eagerrt ops.
+"""Load-time rewrites of ONNX subgraphs into single eagerrt ops (ONNX Runtime
+makes the same two).
 
-Exporters spell GELU out as ``x * 0.5 * (1 + erf(x / sqrt(2)))`` (five nodes
-per use in a BERT layer). Rewritten into one ``Gelu`` node it runs as
-:func:`eagerrt.gelu`, which graph mode fuses with its neighbours, and needs no
-``erf`` kernel at all. ONNX Runtime does the same rewrite.
+* Exporters spell GELU out as ``x * 0.5 * (1 + erf(x / sqrt(2)))`` (five nodes
+  per use in a BERT layer). Rewritten into one ``Gelu`` node it runs as
+  :func:`eagerrt.gelu`, which graph mode fuses into the matmul before it, and
+  needs no ``erf`` kernel at all.
+* PyTorch exports ``scaled_dot_product_attention`` as scaled matmuls, a mask
+  added, a softmax, a guard turning fully masked rows' NaNs into zeros and a
+  second matmul. Rewritten into one ``ScaledDotProductAttention`` node it runs
+  as :func:`eagerrt.scaled_dot_product_attention` (which gives fully masked
+  rows zeros too), with no (..., L, S) temporaries but its own.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import numpy as np
 
 from .graph import Node
 
-__all__ = ["fuse_gelu"]
+__all__ = ["fuse", "fuse_attention", "fuse_gelu"]
 
 
 def _scalar(name: str, constants: Mapping[str, Any], expected: float, rel: float = 1e-6) -> bool:
@@ -140,3 +146,138 @@ def _tail(
     if half is None or only_consumer(half.outputs[0], "Mul") is not first:
         return None
     return [half, first], first.outputs[0]
+
+
+def _users(nodes: Sequence[Node]) -> tuple[dict[str, Node], dict[str, list[Node]]]:
+    producer: dict[str, Node] = {}
+    consumers: dict[str, list[Node]] = defaultdict(list)
+    for node in nodes:
+        for out in node.outputs:
+            producer[out] = node
+        for name in node.inputs:
+            consumers[name].append(node)
+    return producer, consumers
+
+
+def _scale_of(
+    name: str, producer: Mapping[str, Node], constants: Mapping[str, Any]
+) -> tuple[str, float, list[Node]]:
+    """``name`` as (unscaled input, scale, the Mul node) when a Mul by a scalar
+    constant makes it, else (name, 1.0, [])."""
+    node = producer.get(name)
+    if node is not None and node.op_type == "Mul" and len(node.outputs) == 1:
+        for i, c in enumerate(node.inputs):
+            value = constants.get(c)
+            if (
+                value is not None
+                and np.asarray(value).size == 1
+                and np.asarray(value).dtype.kind == "f"
+            ):
+                return node.inputs[1 - i], float(np.asarray(value).reshape(())), [node]
+    return name, 1.0, []
+
+
+def fuse_attention(
+    nodes: Sequence[Node], constants: Mapping[str, Any], graph_outputs: set[str]
+) -> list[Node]:
+    """``nodes`` with every ``softmax((q * a) @ (kT * b) + mask) @ v`` (the mask
+    and the scalings optional), followed by PyTorch's ``Where(IsNaN(p), 0, p)``
+    guard where there is a mask, replaced by one ``ScaledDotProductAttention``
+    node on ``(q, kT, v[, mask])`` with ``scale = a * b``."""
+    producer, consumers = _users(nodes)
+
+    def single(name: str) -> Node | None:
+        users = consumers.get(name, [])
+        return users[0] if len(users) == 1 and name not in graph_outputs else None
+
+    position = {id(node): i for i, node in enumerate(nodes)}
+    removed: set[int] = set()
+    replacement: dict[int, Node] = {}
+    for softmax in nodes:
+        if softmax.op_type != "Softmax" or softmax.opset < 13 or softmax.attr("axis", -1) != -1:
+            continue
+        group = [softmax]
+        # scores [+ mask] -> softmax
+        pre = producer.get(softmax.inputs[0])
+        mask = None
+        if pre is not None and pre.op_type == "Add" and single(pre.outputs[0]) is softmax:
+            scores_node = None
+            for name in pre.inputs:
+                maker = producer.get(name)
+                if maker is not None and maker.op_type == "MatMul" and single(name) is pre:
+                    scores_node = maker
+                    break
+            if scores_node is None:
+                continue
+            mask = _other(pre, scores_node.outputs[0])
+            group.append(pre)
+        elif pre is not None and pre.op_type == "MatMul" and single(pre.outputs[0]) is softmax:
+            scores_node = pre
+        else:
+            continue
+        group.append(scores_node)
+        # softmax -> [guard] -> matmul with v
+        p = softmax.outputs[0]
+        users = consumers.get(p, [])
+        if p in graph_outputs:
+            continue
+        if mask is not None:  # the guard must be there: a fully masked row is zeros, not NaN
+            isnan = next((u for u in users if u.op_type == "IsNaN"), None)
+            where = next((u for u in users if u.op_type == "Where"), None)
+            if len(users) != 2 or isnan is None or where is None:
+                continue
+            if (
+                where.inputs[0] != isnan.outputs[0]
+                or where.inputs[2] != p
+                or single(isnan.outputs[0]) is not where
+            ):
+                continue
+            if not _zero(where.inputs[1], constants):
+                continue
+            group += [isnan, where]
+            p = where.outputs[0]
+        out = single(p)
+        if out is None or out.op_type != "MatMul" or out.inputs[0] != p:
+            continue
+        group.append(out)
+        q, a, q_mul = _scale_of(scores_node.inputs[0], producer, constants)
+        kt, b, k_mul = _scale_of(scores_node.inputs[1], producer, constants)
+        if q_mul and single(q_mul[0].outputs[0]) is not scores_node:  # read elsewhere: keep it
+            q, a, q_mul = scores_node.inputs[0], 1.0, []
+        if k_mul and single(k_mul[0].outputs[0]) is not scores_node:
+            kt, b, k_mul = scores_node.inputs[1], 1.0, []
+        group += q_mul + k_mul
+        if any(id(n) in removed for n in group):
+            continue
+        removed.update(id(n) for n in group)
+        last = max(group, key=lambda n: position[id(n)])
+        inputs = [q, kt, out.inputs[1]] + ([mask] if mask is not None else [])
+        replacement[id(last)] = Node(
+            "ScaledDotProductAttention",
+            f"{softmax.name}/attention",
+            inputs,
+            list(out.outputs),
+            {"scale": a * b},
+            "",
+            softmax.opset,
+        )
+    return [
+        replacement.get(id(n), n) for n in nodes if id(n) not in removed or id(n) in replacement
+    ]
+
+
+def _zero(name: str, constants: Mapping[str, Any]) -> bool:
+    value = constants.get(name)
+    return (
+        value is not None
+        and np.asarray(value).size == 1
+        and float(np.asarray(value).reshape(())) == 0.0
+    )
+
+
+def fuse(
+    nodes: Sequence[Node], constants: Mapping[str, Any], graph_outputs: set[str]
+) -> list[Node]:
+    """Every rewrite, in order."""
+    nodes = fuse_gelu(nodes, constants, graph_outputs)
+    return fuse_attention(nodes, constants, graph_outputs)

@@ -24,7 +24,7 @@ import eagerrt as ert
 from .._core.errors import ArgumentError, EagerError
 from ..tensor import Tensor
 from .graph import Graph, Node
-from .ops import SPECS, OpSpec, UnsupportedError
+from .ops import REWRITES, SPECS, OpSpec, UnsupportedError
 
 __all__ = ["run_graph"]
 
@@ -52,7 +52,7 @@ def _call(spec: OpSpec, node: Node, args: list[Any], weights: Mapping[int, Tenso
 
 
 def _evaluate(node: Node, values: dict[str, Value], weights: Mapping[int, Tensor]) -> None:
-    spec = SPECS[node.op_type]
+    spec = SPECS.get(node.op_type) or REWRITES[node.op_type]
     args = [values[name] if name else None for name in node.inputs]
     for i in spec.static:
         if i < len(args) and args[i] is not None and not _known(args[i]):

@@ -12,7 +12,7 @@ import eagerrt as ert
 from .._core.errors import ArgumentError, DTypeError, ShapeError, UsageError
 from ..graph.function import Function
 from ..tensor import Tensor
-from .fusion import fuse_gelu
+from . import fusion
 from .graph import Graph, Node, ValueInfo, read_graph
 from .interpreter import run_graph
 from .ops import SPECS, UnsupportedError, supported_ops
@@ -25,8 +25,9 @@ def load(source: Any, *, fuse: bool = True) -> OnnxModel:
 
     Every node is checked here: an op, attribute or attribute value eagerrt
     does not support raises :class:`~eagerrt.onnx.UnsupportedError` naming the
-    node. ``fuse=False`` keeps subgraphs the importer would rewrite (GELU
-    spelled out with ``Erf``) as they are.
+    node. ``fuse=False`` keeps the subgraphs the importer would rewrite into
+    one eagerrt op (GELU spelled out with ``Erf``, attention as matmuls and a
+    softmax) as they are.
 
     >>> import numpy as np, eagerrt as ert
     >>> from onnx import TensorProto, helper, numpy_helper
@@ -68,7 +69,7 @@ class OnnxModel:
                 for n in nodes
                 if n.op_type == "Constant" and "value" in n.attrs
             )
-            nodes = fuse_gelu(nodes, constants, {o.name for o in graph.outputs})
+            nodes = fusion.fuse(nodes, constants, {o.name for o in graph.outputs})
         self._graph = graph
         self._nodes = nodes
         # Made once: each weight is the same eagerrt constant in every trace and eager call.

@@ -25,7 +25,7 @@ from .._core.errors import ArgumentError, UsageError
 from .erf import erf
 from .graph import Node
 
-__all__ = ["SPECS", "OpSpec", "UnsupportedError", "supported_ops"]
+__all__ = ["REWRITES", "SPECS", "OpSpec", "UnsupportedError", "supported_ops"]
 
 
 class UnsupportedError(UsageError, NotImplementedError):
@@ -52,6 +52,8 @@ class OpSpec:
 
 #: ONNX op type -> spec.
 SPECS: dict[str, OpSpec] = {}
+#: Op types only the importer's own rewrites make (:mod:`eagerrt.onnx.fusion`).
+REWRITES: dict[str, OpSpec] = {}
 
 
 def supported_ops() -> list[str]:
@@ -72,10 +74,11 @@ def _op(
     static: Sequence[int] = (),
     numpy: bool = True,
     check: Callable[[Node], object] | None = None,
+    table: dict[str, OpSpec] = SPECS,
 ) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
         for op_type in op_types:
-            SPECS[op_type] = OpSpec(
+            table[op_type] = OpSpec(
                 op_type, fn, frozenset(attrs), inputs, outputs, frozenset(static), numpy, check
             )
         return fn
@@ -772,3 +775,11 @@ def _global_average_pool(xp: Any, node: Node, x: Any) -> Any:
 @_op("GlobalMaxPool", numpy=False)
 def _global_max_pool(xp: Any, node: Node, x: Any) -> Any:
     return ert.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+# -- made by the importer's rewrites -----------------------------------------------------------
+@_op("ScaledDotProductAttention", attrs=["scale"], inputs=(3, 4), numpy=False, table=REWRITES)
+def _attention(xp: Any, node: Node, q: Any, kt: Any, v: Any, mask: Any = None) -> Any:
+    # The exporter's key arrives transposed, (..., E, S): a view turns it back.
+    k = ert.matrix_transpose(kt)
+    return ert.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=node.attr("scale"))
