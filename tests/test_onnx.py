@@ -337,6 +337,121 @@ CASES: dict[str, Case] = {
     ),
 }
 
+# Older opsets' attribute forms, auto_pad and ceil_mode, and more of the shape ops.
+CASES.update(
+    {
+        "Clip-opset10": Case(
+            [helper.make_node("Clip", ["x"], ["y"], min=-0.3, max=0.4)], {"x": _f32(3, 4)}, opset=10
+        ),
+        "Slice-opset9": Case(
+            [helper.make_node("Slice", ["x"], ["y"], starts=[1, 0], ends=[3, -1], axes=[0, 1])],
+            {"x": _f32(4, 5)},
+            opset=9,
+        ),
+        "Split-attr-opset11": Case(
+            [helper.make_node("Split", ["x"], ["y", "z"], axis=0, split=[1, 3])],
+            {"x": _f32(4, 2)},
+            opset=11,
+            outputs=["y", "z"],
+        ),
+        "Split-equal": Case(
+            [helper.make_node("Split", ["x"], ["y", "z"], axis=1)],
+            {"x": _f32(2, 6)},
+            outputs=["y", "z"],
+        ),
+        "ReduceSum-opset11": Case(
+            [helper.make_node("ReduceSum", ["x"], ["y"], axes=[1], keepdims=0)],
+            {"x": _f32(2, 3, 4)},
+            opset=11,
+        ),
+        "ReduceMean-opset18": Case(
+            [helper.make_node("ReduceMean", ["x", "a"], ["y"])],
+            {"x": _f32(2, 3, 4)},
+            {"a": _i64([-1])},
+            opset=18,
+        ),
+        "Squeeze-opset11": Case(
+            [helper.make_node("Squeeze", ["x"], ["y"], axes=[1])], {"x": _f32(2, 1, 3)}, opset=11
+        ),
+        "Squeeze-all": Case([helper.make_node("Squeeze", ["x"], ["y"])], {"x": _f32(1, 2, 1, 3)}),
+        "Constant-int": Case(
+            [
+                helper.make_node("Constant", [], ["c"], value_int=3),
+                helper.make_node("Add", ["x", "c"], ["y"]),
+            ],
+            {"x": _i64([1, 2])},
+        ),
+        "Expand-both": Case(
+            [helper.make_node("Expand", ["x", "s"], ["y"])],
+            {"x": _f32(3, 1)},
+            {"s": _i64([2, 1, 4])},
+        ),
+        "Range-float": Case(
+            [
+                helper.make_node("Range", ["a", "b", "c"], ["r"]),
+                helper.make_node("Add", ["x", "r"], ["y"]),
+            ],
+            {"x": _f32(5)},
+            {
+                "a": np.array(0.5, np.float32),
+                "b": np.array(3.0, np.float32),
+                "c": np.array(0.5, np.float32),
+            },
+        ),
+        "MaxPool-ceil": _unary(
+            "MaxPool", _f32(1, 2, 7, 7), kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1
+        ),
+        "MaxPool-same-lower": _unary(
+            "MaxPool", _f32(1, 2, 7, 7), kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_LOWER"
+        ),
+        "AvgPool-ceil": _unary(
+            "AveragePool", _f32(1, 2, 7, 7), kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1
+        ),
+        "MaxPool-1d": _unary("MaxPool", _f32(2, 3, 9), kernel_shape=[3], strides=[2]),
+        "Conv-same-lower": Case(
+            [helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_LOWER")],
+            {"x": _f32(1, 2, 6, 6)},
+            {"w": _f32(3, 2, 2, 2)},
+        ),
+        "Conv-depthwise": Case(
+            [helper.make_node("Conv", ["x", "w"], ["y"], group=4, pads=[1, 1, 1, 1])],
+            {"x": _f32(1, 4, 6, 6)},
+            {"w": _f32(4, 1, 3, 3)},
+        ),
+        "Softmax-opset11-axis2": Case(
+            [helper.make_node("Softmax", ["x"], ["y"], axis=2)], {"x": _f32(2, 3, 4)}, opset=11
+        ),
+        "PRelu": Case(
+            [helper.make_node("PRelu", ["x", "s"], ["y"])], {"x": _f32(2, 3)}, {"s": _f32(3)}
+        ),
+        "Cast-bool": _unary("Cast", np.array([0.0, 1.5, -2.0], np.float32), to=TensorProto.BOOL),
+        "Shape-start-end": Case(
+            [
+                helper.make_node("Shape", ["x"], ["s"], start=1, end=-1),
+                helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT),
+            ],
+            {"x": _f32(2, 3, 4, 5)},
+        ),
+        "Where-int": Case(
+            [helper.make_node("Where", ["c", "a", "b"], ["y"])],
+            {"c": np.array([True, False]), "a": _i64([1, 2]), "b": _i64(7)},
+        ),
+        "Div-int-static": Case(
+            [
+                helper.make_node("Div", ["a", "b"], ["q"]),
+                helper.make_node("Cast", ["q"], ["qf"], to=TensorProto.FLOAT),
+                helper.make_node("Add", ["x", "qf"], ["y"]),
+            ],
+            {"x": _f32(3)},
+            {"a": _i64([7, -7, -6]), "b": _i64([2, 2, 4])},
+        ),
+        "Gemm-no-C": Case(
+            [helper.make_node("Gemm", ["a", "b"], ["y"], alpha=2.0)],
+            {"a": _f32(2, 3), "b": _f32(3, 4)},
+        ),
+    }
+)
+
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_op_matches_onnxruntime(name: str) -> None:
