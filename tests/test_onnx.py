@@ -702,10 +702,12 @@ def test_resnet18_export_matches_onnxruntime(tmp_path: Any) -> None:
     assert model.function.traces == 2  # one per batch size
 
 
-def test_minilm_export_matches_onnxruntime(tmp_path: Any) -> None:
+@pytest.mark.parametrize("pooled", [False, True], ids=["encoder", "pooled"])
+def test_minilm_export_matches_onnxruntime(tmp_path: Any, pooled: bool) -> None:
     pytest.importorskip("torch")
     reference = pytest.importorskip("models.torch_reference")
-    path = reference.export_minilm_onnx(tmp_path / "minilm.onnx")
+    # pooled: mean pooling over the real tokens and L2 normalization in the graph too
+    path = reference.export_minilm_onnx(tmp_path / "minilm.onnx", pooled=pooled)
     model = ert.onnx.load(path)
     assert [i.shape for i in model.inputs] == [("batch", "sequence")] * 2
     op_types = {n.op_type for n in model.nodes}
