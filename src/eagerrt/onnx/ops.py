@@ -691,7 +691,8 @@ _CONV_ATTRS = ["auto_pad", "dilations", "group", "kernel_shape", "pads", "stride
 def _conv(xp: Any, node: Node, x: Any, w: Any, b: Any = None) -> Any:
     ndim = x.ndim
     strides, dilations, pads = _geometry(node, x, w.shape[2:])
-    x2, w2 = _as_2d(x, node, "Conv"), _as_2d(w, node, "a Conv weight") if w.ndim == 3 else w
+    x2 = _as_2d(x, node, "Conv")
+    w2 = _as_2d(w, node, "a Conv weight") if w.ndim == 3 else w
     begins, ends = _split_pads(pads, ndim)
     padding: Any = (begins[0], begins[1])
     if begins != ends:  # asymmetric: pad first
