@@ -7,7 +7,6 @@ the whole path with dynamic axes. The model tests need torch (the models extra).
 
 from __future__ import annotations
 
-import pathlib
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -23,9 +22,6 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 RNG = np.random.default_rng(0)
-EXAMPLES = str(pathlib.Path(__file__).resolve().parents[1] / "examples")
-if EXAMPLES not in sys.path:  # models.torch_reference, the PyTorch side
-    sys.path.append(EXAMPLES)
 
 
 def _f32(*shape: int) -> np.ndarray:
