@@ -331,6 +331,7 @@ def test_conv2d_gathered_blocks_and_threads(
     # block, shared by two threads however small (or not, on one thread).
     monkeypatch.setattr(nn_ops, "_WINOGRAD_CHANNELS", 10**9)
     monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 1)
     x, w, b = rand(*xs), rand(*ws), rand(ws[0])
     geo = nn_ops._conv_geometry(x, w, b, stride, 1, 1, groups)
     image = 4 * ws[1] * ws[2] * ws[3] * geo.ho * geo.wo  # an image's im2col bytes
@@ -390,6 +391,7 @@ def test_conv2d_winograd_one_block_split_by_channels(
     # threads: products and output transform split by output channels.
     monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_TILES", 1)
     monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 2)  # 7 channels: 4 chunks
     x, w = rand(*xs), rand(7, xs[1], 3, 3)
     b = rand(7) if bias else None
     with ert.config.override(num_threads=2):

@@ -234,6 +234,29 @@ def _shared_by_two(work: Any, n: int, *args: Any) -> None:
         other.result()
 
 
+def _rows_by_two(work: Any, rows: int, *args: Any) -> None:
+    """``work(*args, r0, r1, single)`` over chunks of [0, rows) shared by two
+    threads as :func:`_shared_by_two` shares units: a product split by output
+    rows. Four chunks or more, so that a thread that loses its core on a busy
+    machine leaves the others to the thread that has one (fixed halves made
+    the caller wait for the whole of a late half)."""
+    size = max(_MIN_CHUNK_ROWS, -(-rows // _ROW_CHUNKS))
+    chunks = [(r0, min(rows, r0 + size)) for r0 in range(0, rows, size)]
+
+    def run(*a: Any) -> None:
+        *rest, units, single = a
+        for unit in units:
+            work(*rest, *chunks[unit], single)
+
+    _shared_by_two(run, len(chunks), *args)
+
+
+#: Chunks a product split by rows is cut into, of at least so many rows (BLAS
+#: runs short products slower).
+_ROW_CHUNKS = 4
+_MIN_CHUNK_ROWS = 16
+
+
 # -- conv2d ------------------------------------------------------------------------------
 class _Conv(NamedTuple):
     n: int
@@ -563,7 +586,7 @@ def _conv2d_winograd(
         v = np.empty((16, g.c, (n1 - n0) * cols), x.dtype)
         for k in range(n1 - n0):
             winograd_input(x[n0 + k], v, k * cols, r0, r1, tw, span, g.ph, g.pw)
-        _in_two(_winograd_channels, g.o, u[0], v, b, out, blocks[0])
+        _rows_by_two(_winograd_channels, g.o, u[0], v, b, out, blocks[0])
     else:
         _winograd_blocks(*args, range(len(blocks)), False)
 
@@ -681,7 +704,7 @@ def _conv2d_gathered(x: np.ndarray, wmat: np.ndarray, g: _Conv, out: np.ndarray)
         n0, n1, _, _ = blocks[0]
         cols = _gather(x, g, n0, n1, 0, g.ho)
         res = np.empty((g.o, (n1 - n0) * pixels), x.dtype)
-        _in_two(_gathered_channels, g.o // g.groups, wmat, cols, res, g)
+        _rows_by_two(_gathered_channels, g.o // g.groups, wmat, cols, res, g)
         _scatter(res, out, g, n0, n1, 0, g.ho)
         return
     _gathered_blocks(x, wmat, g, out, blocks, range(len(blocks)), False)
