@@ -294,8 +294,8 @@ def test_conv2d_large_blocks_and_workers() -> None:
 @pytest.mark.parametrize(
     "xs, ws",
     [
-        ((3, 64, 10, 9), (64, 64, 3, 3)),  # column strips (and a remainder) on two threads
-        ((2, 128, 5, 4), (64, 128, 3, 3)),  # a larger weight: multithreaded BLAS
+        ((3, 64, 10, 9), (64, 64, 3, 3)),  # blocks of whole images on two threads
+        ((2, 128, 5, 4), (64, 128, 3, 3)),  # one block: its product split by channels
     ],
 )
 def test_conv2d_product_strategies(

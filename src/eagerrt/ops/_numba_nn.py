@@ -22,10 +22,8 @@ __all__ = [
     "avg_pool2d",
     "col2im_add",
     "im2col",
-    "im2col_rows",
     "max_pool2d",
     "normalize_rows",
-    "pad_into",
     "transpose_scaled",
     "winograd_input",
     "winograd_output",
@@ -106,46 +104,6 @@ def im2col(
                         for ow in range(hi, wo):
                             cf[_U(at + ow)] = zero
                     at += wo
-                row += 1
-
-
-@numba.njit(nogil=True, cache=True)
-def pad_into(x: Any, out: Any, top: int, left: int) -> None:  # pragma: no cover - compiled
-    """Copy each (H, W) plane of ``x`` into ``out``'s planes at (top, left); the
-    rest of ``out`` (its zero border) is left as it is."""
-    channels, h, w = x.shape
-    for c in range(channels):
-        for i in range(h):
-            for j in range(w):
-                out[c, top + i, left + j] = x[c, i, j]
-
-
-@numba.njit(nogil=True, cache=True)
-def im2col_rows(
-    flat: Any,
-    cols: Any,
-    c0: int,
-    c1: int,
-    plane: int,
-    wp: int,
-    kh: int,
-    kw: int,
-    dh: int,
-    dw: int,
-    start: int,
-    length: int,
-) -> None:  # pragma: no cover - compiled
-    """im2col for stride 1 on a zero-padded image, flattened: the row of tap
-    (i, j) of channel c is one contiguous run of ``flat`` (output pixels laid
-    out on the padded width ``wp``, so each row is a plain copy; the ``wp - wo``
-    extra columns of each output row are computed and dropped by the caller)."""
-    row = 0
-    for c in range(c0, c1):
-        for i in range(kh):
-            for j in range(kw):
-                offset = c * plane + i * dh * wp + j * dw + start
-                for t in range(length):
-                    cols[row, t] = flat[offset + t]
                 row += 1
 
 
