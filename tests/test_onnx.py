@@ -559,6 +559,8 @@ def test_unsupported_attribute_and_value_are_refused_at_load() -> None:
         [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], storage_order=1)], x
     )
     assert "storage_order=1 is not supported" in message
+    message = _refused([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2, 2])], x)
+    assert "'MaxPool_0' (MaxPool): a 3-d window is not supported" in message
     message = _refused([helper.make_node("Relu", ["x"], ["y"], bogus=3)], x)
     assert "bogus" in message and "Relu takes no attributes" in message
 

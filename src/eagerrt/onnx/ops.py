@@ -678,6 +678,12 @@ def _explicit_pad(x: Any, begins: Sequence[int], ends: Sequence[int], value: flo
     return ert.pad(x, (begins[1], ends[1], begins[0], ends[0]), value=value)
 
 
+def _spatial_rank(node: Node) -> None:
+    kernel = node.attr("kernel_shape")
+    if kernel is not None and len(kernel) not in (1, 2):
+        raise _refuse(node, f"a {len(kernel)}-d window is not supported (1-d and 2-d are)")
+
+
 _CONV_ATTRS = ["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"]
 
 
@@ -686,7 +692,7 @@ _CONV_ATTRS = ["auto_pad", "dilations", "group", "kernel_shape", "pads", "stride
     attrs=_CONV_ATTRS,
     inputs=(2, 3),
     numpy=False,
-    check=_one_of("auto_pad", _AUTO_PAD, "NOTSET"),
+    check=_checks(_one_of("auto_pad", _AUTO_PAD, "NOTSET"), _spatial_rank),
 )
 def _conv(xp: Any, node: Node, x: Any, w: Any, b: Any = None) -> Any:
     ndim = x.ndim
@@ -720,7 +726,10 @@ _POOL_ATTRS = ["auto_pad", "ceil_mode", "kernel_shape", "pads", "strides"]
     attrs=[*_POOL_ATTRS, "dilations", "storage_order"],
     numpy=False,
     check=_checks(
-        _one_of("auto_pad", _AUTO_PAD, "NOTSET"), _one_of("storage_order", [0], 0), _pool_kernel
+        _one_of("auto_pad", _AUTO_PAD, "NOTSET"),
+        _one_of("storage_order", [0], 0),
+        _pool_kernel,
+        _spatial_rank,
     ),
 )
 def _max_pool(xp: Any, node: Node, x: Any) -> Any:
@@ -743,7 +752,7 @@ def _max_pool(xp: Any, node: Node, x: Any) -> Any:
     "AveragePool",
     attrs=[*_POOL_ATTRS, "count_include_pad", "dilations"],
     numpy=False,
-    check=_checks(_one_of("auto_pad", _AUTO_PAD, "NOTSET"), _pool_kernel),
+    check=_checks(_one_of("auto_pad", _AUTO_PAD, "NOTSET"), _pool_kernel, _spatial_rank),
 )
 def _average_pool(xp: Any, node: Node, x: Any) -> Any:
     ndim, kernel = x.ndim, _pool_kernel(node)
