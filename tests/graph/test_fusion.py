@@ -437,6 +437,32 @@ def test_constant_conv_weights_are_prepared_once(monkeypatch: pytest.MonkeyPatch
     assert made == [(4, 8, 3, 3)] * 3  # the input weight only
 
 
+def test_prepared_conv_weights_are_shared_by_traces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Traces for other batch sizes reuse the Winograd weights made for the first
+    (one copy per weight, not per trace); they go when the weight does."""
+    import gc
+
+    from eagerrt.ops import nn as nn_ops
+
+    made = []
+    transform = nn_ops._winograd_u
+    monkeypatch.setattr(nn_ops, "_winograd_u", lambda w, g: made.append(w.shape) or transform(w, g))
+
+    def model() -> Any:
+        cw = ert.asarray(rng.standard_normal((16, 8, 3, 3)).astype(np.float32))
+        return ert.function(lambda x: ert.conv2d(x, cw, padding=1))
+
+    f = model()
+    for batch in (2, 3, 4):
+        compare(f, arr(rng.standard_normal((batch, 8, 16, 16)), "float32"))
+    assert made == [(16, 8, 3, 3)] * 4  # once compiled, three times eagerly in compare
+    entries = len(nn_ops._prepared)
+    del f  # and with it the weight
+    gc.collect()
+    assert len(nn_ops._prepared) < entries
+    assert all(ref() is not None for ref, _, _ in nn_ops._prepared.values())
+
+
 def test_product_read_elsewhere_keeps_its_node() -> None:
     w = ert.asarray(W)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import operator
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -488,6 +489,36 @@ def _winograd_span(tw: int) -> int:
 _WINOGRAD_COMPACT_TILES = 4
 
 
+#: Winograd weights made for constant weights, by ``id`` of the weight array:
+#: (a weak reference to it, groups, the weights). Traces of one function for
+#: other input shapes (a server's batch sizes) share its constants' arrays, so
+#: they share these too rather than each holding 16/9 of the model's weights.
+_prepared: dict[int, tuple[Any, int, np.ndarray]] = {}
+_prepared_lock = threading.Lock()
+renew_after_fork(__name__, "_prepared_lock", threading.Lock)
+
+
+def _prepared_u(weight: np.ndarray, g: _Conv) -> np.ndarray:
+    """:func:`_winograd_u` of a constant weight, made once per weight array."""
+    key = id(weight)
+    with _prepared_lock:
+        known = _prepared.get(key)
+        if known is not None and known[0]() is weight and known[1] == g.groups:
+            return known[2]
+    u = _winograd_u(weight, g)
+
+    def forget(_: Any) -> None:  # the weight is gone: its id may be reused
+        _prepared.pop(key, None)
+
+    try:
+        ref = weakref.ref(weight, forget)
+    except TypeError:  # an array type without weak references: not shared
+        return u
+    with _prepared_lock:
+        _prepared[key] = (ref, g.groups, u)
+    return u
+
+
 def _winograd_u(weight: np.ndarray, g: _Conv) -> np.ndarray:
     """The Winograd weights ``G g G^T``: (groups, 16, O/groups, C/groups)."""
     from ._numba_nn import winograd_weights
@@ -710,7 +741,7 @@ def _conv2d_constant_weight(
     g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
     if w is None or not _winograd_fits(g):
         return None
-    u = _winograd_u(w, g)
+    u = _prepared_u(w, g)
 
     def kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, **_: Any) -> Any:
         return _conv2d_run(x, weight, bias, g, u)
