@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
+import importlib.util
 import json
 import os
 import sys
 import time
+import types
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,6 +49,26 @@ BENCHMARKS = {
 }
 
 
+def load_benchmark(module: str) -> types.ModuleType:
+    """A benchmark module, loaded from its file in benchmarks/.
+
+    By file rather than by import name: ``models.py`` shares its name with the
+    ``examples/models`` package, which tests put on the path first.
+    """
+    path = os.path.join(HERE, f"{module}.py")
+    loaded = sys.modules.get(module)
+    if loaded is not None and os.path.abspath(getattr(loaded, "__file__", None) or "") == path:
+        return loaded
+    key = module if loaded is None else f"_benchmark_{module}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, path)
+        assert spec is not None and spec.loader is not None
+        new = importlib.util.module_from_spec(spec)
+        sys.modules[key] = new
+        spec.loader.exec_module(new)
+    return sys.modules[key]
+
+
 def run_all(quick: bool = False, only: list[str] | None = None) -> dict[str, Any]:
     names = only or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
@@ -61,7 +82,7 @@ def run_all(quick: bool = False, only: list[str] | None = None) -> dict[str, Any
         "seconds": {},
     }
     for name in names:
-        module = importlib.import_module(BENCHMARKS[name])
+        module = load_benchmark(BENCHMARKS[name])
         print(f"running {name} ...", file=sys.stderr, flush=True)
         start = time.perf_counter()
         report["results"][name] = module.run(quick=quick)

@@ -39,7 +39,8 @@ TINY: dict[str, dict[str, Any]] = {
 def _import(name: str) -> Any:
     if BENCH_DIR not in sys.path:
         sys.path.insert(0, BENCH_DIR)
-    return importlib.import_module(name)
+    # By file: benchmarks/models.py and the examples/models package share a name.
+    return importlib.import_module("run_all").load_benchmark(name)
 
 
 def _number(value: Any) -> bool:
