@@ -318,8 +318,9 @@ def test_a_block_opening_on_another_thread_at_fork_does_not_lock_out_the_child(g
             def child_block() -> None:
                 with ert.deterministic(seed=2):
                     y = ert.asarray([1.0]) + 1
-                done.set()
+                # The answer goes out before `done`: once it is set the child exits.
                 os.write(write, b"ok" if y.numpy().tolist() == [2.0] else b"wrong")
+                done.set()
 
             threading.Thread(target=child_block, daemon=True).start()
             if not done.wait(10):
