@@ -172,3 +172,33 @@ def test_import_eagerrt_and_loading_weights_need_none_of_the_heavy_packages(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_saving_over_a_loaded_file_leaves_the_loaded_arrays_intact(
+    tmp_path: pathlib.Path,
+) -> None:
+    # load, change, save back to the same path: the usual fine-tune-and-save loop. The
+    # arrays loaded first map the file; truncating it in place killed the process (SIGBUS)
+    # when the save read them. A subprocess, so that a crash fails this test, not the run.
+    import subprocess
+    import sys
+
+    path = tmp_path / "w.safetensors"
+    script = (
+        "import numpy as np, eagerrt as ert\n"
+        f"path = {str(path)!r}\n"
+        "ert.weights.save_safetensors(path, {'w': np.arange(1 << 16, dtype='float32')})\n"
+        "state = ert.weights.load_safetensors(path)\n"
+        "ert.weights.save_safetensors(path, {'extra': np.zeros(3), **state})\n"
+        "assert state['w'][-1] == (1 << 16) - 1  # the old map still reads the old data\n"
+        "again = ert.weights.load_safetensors(path)\n"
+        "assert list(again) == ['extra', 'w'] and again['w'][-1] == (1 << 16) - 1\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    assert [p.name for p in tmp_path.iterdir()] == ["w.safetensors"]  # no temporary left
+
+
+def test_a_tensor_named_like_the_metadata_entry_is_refused(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ert.WeightsError, match="__metadata__"):
+        ert.weights.save_safetensors(tmp_path / "w.safetensors", {"__metadata__": np.ones(1)})

@@ -19,12 +19,14 @@ the shapes a model needs, naming every missing, unexpected and mis-shaped entry 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
 import os
 import re
 import struct
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -182,6 +184,8 @@ def save_safetensors(
     for name, value in tensors.items():
         if not isinstance(name, str):
             raise WeightsError(f"tensor names must be strings, not {name!r}")
+        if name == "__metadata__":
+            raise WeightsError("'__metadata__' names the file's metadata, not a tensor")
         array = np.asarray(_host_array(value), order="C")  # (ascontiguousarray makes 0-d 1-d)
         dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
         if dtype not in _NAMES:
@@ -202,11 +206,25 @@ def save_safetensors(
         offset += array.nbytes
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the data section starts 8-byte aligned
-    with open(os.fspath(path), "wb") as file:
-        file.write(struct.pack("<Q", len(encoded)))
-        file.write(encoded)
-        for _, array in arrays:
-            file.write(array.tobytes())
+    # Written beside the target and renamed over it: arrays loaded from the old file map
+    # it, and truncating it in place would kill the process (SIGBUS) when they are read,
+    # this save's own reads included. A save that fails leaves the old file as it was.
+    path = os.fspath(path)
+    folder, base = os.path.split(path)
+    partial = os.path.join(folder, f".{base}.{uuid.uuid4().hex}.partial")
+    try:
+        with open(partial, "xb") as file:
+            file.write(struct.pack("<Q", len(encoded)))
+            file.write(encoded)
+            for _, array in arrays:
+                file.write(memoryview(array).cast("B") if array.size else b"")
+        os.replace(partial, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        if isinstance(exc, OSError):
+            raise WeightsError(f"cannot write weights to {path}: {exc}") from exc
+        raise
 
 
 def _host_array(value: Any) -> np.ndarray:
