@@ -217,7 +217,7 @@ def save_safetensors(
             file.write(struct.pack("<Q", len(encoded)))
             file.write(encoded)
             for _, array in arrays:
-                file.write(memoryview(array).cast("B") if array.size else b"")
+                file.write(array.data.cast("B") if array.size else b"")
         os.replace(partial, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):
