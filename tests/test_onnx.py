@@ -613,6 +613,37 @@ def test_load_takes_paths_bytes_and_protos(tmp_path: Any) -> None:
         ert.onnx.load(3)
 
 
+def test_a_file_that_is_not_onnx_is_an_argument_error_naming_it(tmp_path: Any) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("not a model")
+    for source, named in ((text, "notes.txt"), (tmp_path, str(tmp_path)), (b"garbage", "bytes")):
+        with pytest.raises(ert.ArgumentError, match="not an ONNX model") as info:
+            ert.onnx.load(source)
+        assert named in str(info.value)
+
+
+def test_weights_in_an_external_file_need_the_path(tmp_path: Any) -> None:
+    weight = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "external",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_empty_tensor_value_info("y")],
+        [weight],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save_model(
+        helper.make_model(graph), path, save_as_external_data=True, location="m.data",
+        size_threshold=0,
+    )  # fmt: skip
+    x = _f32(1, 4)
+    np.testing.assert_array_equal(ert.onnx.load(path).run(x).numpy(), x)
+    # From bytes the data file can't be found: say so, and what to do.
+    with pytest.raises(ert.ArgumentError, match=r"initializer 'w'.*m\.data.*path") as info:
+        ert.onnx.load(path.read_bytes())
+    assert "load the model from its path" in str(info.value)
+
+
 def test_missing_onnx_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnx", None)
     with pytest.raises(ert.UsageError, match=r"pip install 'eagerrt\[models\]'"):

@@ -118,6 +118,14 @@ def _dtype(elem_type: int, what: str) -> np.dtype[Any]:
 def _array(tensor: Any, what: str) -> np.ndarray:
     onnx = import_onnx()
     _dtype(tensor.data_type, what)
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        # onnx.load(path) reads these in; a model given as bytes or a proto has only the name.
+        entries = {e.key: e.value for e in tensor.external_data}
+        raise ArgumentError(
+            f"{what} is stored in the external file {entries.get('location', '?')!r}, which "
+            "was not read: load the model from its path (ert.onnx.load('model.onnx')), with "
+            "that file beside it"
+        )
     array = onnx.numpy_helper.to_array(tensor)
     # A read-only array of its own: eagerrt shares it with the constants it makes.
     array = np.array(array, copy=True)
@@ -163,18 +171,26 @@ def _attribute(attribute: Any, node_name: str) -> Any:
 
 def _model_proto(source: Any) -> Any:
     onnx = import_onnx()
+    arg: Any
     if isinstance(source, onnx.ModelProto):
         return source
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return onnx.load_from_string(bytes(source))
-    if isinstance(source, (str, os.PathLike)):
+        what = f"the {len(source)} bytes given"
+        read, arg = onnx.load_from_string, bytes(source)
+    elif isinstance(source, (str, os.PathLike)):
+        what = repr(os.fspath(source))
         if not os.path.exists(source):
-            raise ArgumentError(f"no ONNX file at {os.fspath(source)!r}")
-        return onnx.load(os.fspath(source))
-    raise ArgumentError(
-        "ert.onnx.load takes a path, the file's bytes or an onnx.ModelProto, "
-        f"got {type(source).__name__}"
-    )
+            raise ArgumentError(f"no ONNX file at {what}")
+        read, arg = onnx.load, os.fspath(source)
+    else:
+        raise ArgumentError(
+            "ert.onnx.load takes a path, the file's bytes or an onnx.ModelProto, "
+            f"got {type(source).__name__}"
+        )
+    try:
+        return read(arg)
+    except Exception as exc:  # protobuf's DecodeError, OSError, ...: only parsing runs here
+        raise ArgumentError(f"{what}: not an ONNX model ({type(exc).__name__}: {exc})") from exc
 
 
 def read_graph(source: Any) -> Graph:
