@@ -540,6 +540,21 @@ def test_python_lists_take_the_inputs_dtype() -> None:
     assert y.shape == (1, 3) and y.dtype == np.float32
 
 
+def test_python_values_that_do_not_fit_the_inputs_dtype_are_refused() -> None:
+    ids = ert.onnx.load(
+        _model([helper.make_node("Identity", ["ids"], ["y"])], {"ids": _i64([[1]])}, ["y"])
+    )
+    assert ids.run([[7]]).numpy().tolist() == [[7]]
+    with pytest.raises(ert.DTypeError, match=r"'ids' must be int64, got float64"):
+        ids.run([[1.5]])  # not silently truncated to 1
+    with pytest.raises(ert.ArgumentError, match=r"input '?ids"):
+        ids.run([[1, 2]])  # checked against the input's shape
+    with pytest.raises(ert.ArgumentError, match=r"input '?ids"):
+        ids.run([[1], [2, 3]])  # ragged: numpy's own ValueError, named
+    with pytest.raises(ert.ArgumentError, match=r"input '?ids"):
+        ids.run([[1 << 70]])  # does not fit int64
+
+
 # -- what is refused at load ------------------------------------------------------------------
 def _refused(nodes: list[Any], inputs: dict[str, np.ndarray], **kw: Any) -> str:
     with pytest.raises(ert.onnx.UnsupportedError) as info:

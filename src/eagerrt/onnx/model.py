@@ -158,10 +158,16 @@ def _checked(info: ValueInfo, value: Any, sizes: dict[str, tuple[int, str]]) -> 
     if info.dtype is None:
         return ert.asarray(value)
     if type(value) is not Tensor:
-        if isinstance(value, (list, tuple, bool, int, float)):
-            value = np.asarray(value, dtype=info.dtype)  # Python values take the input's dtype
-        else:
-            value = np.asarray(value)
+        try:
+            if isinstance(value, (list, tuple, bool, int, float)):
+                value = _python_value(info, value)
+            else:
+                value = np.asarray(value)
+        except (ValueError, TypeError, OverflowError) as exc:  # ragged, too large, ...
+            raise ArgumentError(
+                f"the ONNX model's input {info}: can't make an array of "
+                f"{type(value).__name__} {value!r:.80}: {exc}"
+            ) from exc
         if value.dtype != info.dtype:
             raise DTypeError(
                 f"the ONNX model's input {info.name!r} must be {info.dtype}, got {value.dtype} "
@@ -192,6 +198,16 @@ def _checked(info: ValueInfo, value: Any, sizes: dict[str, tuple[int, str]]) -> 
                     f"{got} in input {info.name!r} (shape {value.shape})"
                 )
     return value
+
+
+def _python_value(info: ValueInfo, value: Any) -> np.ndarray:
+    """Python numbers take the input's dtype (``[[1, 2]]`` for a float32 input), but
+    not by losing their fractions (``[[1.5]]`` for an int64 input is refused)."""
+    assert info.dtype is not None
+    natural = np.asarray(value)
+    if natural.dtype.kind == "f" and info.dtype.kind in "biu":
+        return natural  # the caller's dtype check names both
+    return np.asarray(value, dtype=info.dtype)
 
 
 def _validate(graph: Graph) -> None:
