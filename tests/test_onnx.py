@@ -220,6 +220,20 @@ CASES: dict[str, Case] = {
     "AveragePool-exclude-pad": _unary(
         "AveragePool", _f32(1, 2, 6, 6), kernel_shape=[3, 3], pads=[1, 1, 1, 1]
     ),
+    "AveragePool-asymmetric-exclude-pad": _unary(  # torch's opset-9 ceil_mode export
+        "AveragePool", _f32(2, 3, 7, 7), kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 1, 1]
+    ),
+    "AveragePool-asymmetric-exclude-pad-ceil": _unary(
+        "AveragePool",
+        _f32(1, 2, 8, 7),
+        kernel_shape=[3, 3],
+        strides=[2, 2],
+        pads=[1, 0, 2, 1],
+        ceil_mode=1,
+    ),
+    "AveragePool-asymmetric-1d": _unary(
+        "AveragePool", _f32(1, 2, 9), kernel_shape=[4], strides=[3], pads=[0, 2]
+    ),
     "GlobalAveragePool": _unary("GlobalAveragePool", _f32(2, 3, 5, 5)),
     "GlobalMaxPool": _unary("GlobalMaxPool", _f32(2, 3, 5, 5)),
     "Flatten": _unary("Flatten", _f32(2, 3, 4), axis=2),
@@ -278,6 +292,11 @@ CASES: dict[str, Case] = {
         [helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
         {"x": _f32(2, 4)},
         {"p": _i64([0, 2, 0, 1])},
+    ),
+    "Pad-opset9-attributes": Case(  # torch's opset-9 exports pad pooling windows this way
+        [helper.make_node("Pad", ["x"], ["y"], pads=[0, 1, 1, 2], value=-1.5)],
+        {"x": _f32(2, 3)},
+        opset=9,
     ),
     "Squeeze-Unsqueeze": Case(
         [

@@ -476,15 +476,23 @@ def _tile(xp: Any, node: Node, x: Any, repeats: Any) -> Any:
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
 
 
+def _pads_given(node: Node) -> None:
+    given = node.attr("pads") if node.opset < 11 else (node.inputs[1:2] or [""])[0]
+    if given is None or given == "":
+        raise _refuse(node, "needs its pads (an attribute before opset 11, an input since)")
+
+
 @_op(
     "Pad",
-    attrs=["mode"],
-    inputs=(2, 4),
+    attrs=["mode", "pads", "value"],  # the last two: attributes before opset 11
+    inputs=(1, 4),
     static=[1, 2, 3],
     numpy=False,
-    check=_one_of("mode", list(_PAD_MODES), "constant"),
+    check=_checks(_one_of("mode", list(_PAD_MODES), "constant"), _pads_given),
 )
-def _pad(xp: Any, node: Node, x: Any, pads: Any, value: Any = None, axes: Any = None) -> Any:
+def _pad(xp: Any, node: Node, x: Any, pads: Any = None, value: Any = None, axes: Any = None) -> Any:
+    if node.opset < 11:
+        pads, value = node.attr("pads"), node.attr("value", 0.0)
     widths = _ints(pads)
     chosen = list(range(x.ndim)) if axes is None else [_axis(a, x.ndim, node) for a in _ints(axes)]
     if len(widths) != 2 * len(chosen):
@@ -764,16 +772,21 @@ def _average_pool(xp: Any, node: Node, x: Any) -> Any:
     include = bool(node.attr("count_include_pad", 0))
     k2 = _pairs(kernel, ndim)
     padding: Any = begins
+    stride, ceil = _pairs(strides, ndim), bool(node.attr("ceil_mode", 0))
     if begins != ends or any(2 * p > k for p, k in zip(begins, k2, strict=True)):
+        padded = _explicit_pad(x2, begins, ends, 0.0)
+        y = ert.avg_pool2d(padded, k2, stride=stride, padding=0, ceil_mode=ceil)
         if not include:
-            raise UnsupportedError(
-                f"{node.describe()}: asymmetric pads {pads} with count_include_pad=0 are not supported"
-            )
-        x2, padding = _explicit_pad(x2, begins, ends, 0.0), 0
-    y = ert.avg_pool2d(
-        x2, k2, stride=_pairs(strides, ndim), padding=padding,
-        ceil_mode=bool(node.attr("ceil_mode", 0)), count_include_pad=include,
-    )  # fmt: skip
+            # The mean over the real elements only: the same pooling of a mask of ones
+            # (zeros where padded) counts them, and whatever divisor the pooling used
+            # cancels. The mask is a constant, so graph mode folds its pooling.
+            ones = np.ones((1, 1, *x2.shape[2:]), dtype=x2.dtype)
+            mask = _explicit_pad(ert.asarray(ones), begins, ends, 0.0)
+            y = ert.divide(y, ert.avg_pool2d(mask, k2, stride=stride, padding=0, ceil_mode=ceil))
+    else:
+        y = ert.avg_pool2d(
+            x2, k2, stride=stride, padding=padding, ceil_mode=ceil, count_include_pad=include
+        )
     return ert.reshape(y, (*y.shape[:2], y.shape[3])) if ndim == 3 else y
 
 
