@@ -523,6 +523,34 @@ async def test_await_model_runs_compiled() -> None:
     np.testing.assert_allclose(await y, model.eager(x, m).numpy(), rtol=1e-6)
 
 
+def test_one_model_called_from_several_threads_and_coroutines_at_once() -> None:
+    import asyncio
+    import threading
+
+    data = _dynamic_model()
+    model = ert.onnx.load(data)
+    feeds = [(_f32(1 + i % 3, 4), _f32(1 + i % 3, 3)) for i in range(12)]
+    want = [_onnxruntime(data, {"x": x, "m": m})[0] for x, m in feeds]
+    got: dict[int, np.ndarray] = {}
+
+    def call(i: int) -> None:  # new shapes traced from several threads at once
+        got[i] = model.run(*feeds[i]).numpy()
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    async def rest() -> list[np.ndarray]:
+        outs = await asyncio.gather(*(model(*feeds[i]) for i in range(6, 12)))
+        return [await y for y in outs]
+
+    got.update(enumerate(asyncio.run(rest()), start=6))
+    for i, expected in enumerate(want):
+        np.testing.assert_allclose(got[i], expected, rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs", "error", "match"),
     [

@@ -66,6 +66,13 @@ def load_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     ranges inside the file, matching shapes, no overlaps), so a truncated or corrupt
     file is a :class:`~eagerrt.WeightsError` naming the file and the tensor.
 
+    The map (and one file descriptor) lives as long as any array from it, or any
+    eagerrt tensor made from one without a copy. :func:`save_safetensors` to the same
+    path is safe (it writes a new file and renames it over the old one; the arrays keep
+    reading the old one), and so is deleting the file on Linux and macOS. A program that
+    rewrites the file *in place* while the arrays are used makes reading them crash the
+    process (SIGBUS): copy them first (``{k: v.copy() for k, v in state.items()}``).
+
     >>> import os, tempfile, numpy as np
     >>> path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
     >>> save_safetensors(path, {"w": np.arange(6, dtype="float32").reshape(2, 3)})
@@ -178,7 +185,9 @@ def save_safetensors(
     to a safetensors file that torch's and Hugging Face's loaders read too.
 
     Eagerrt tensors are awaited (blocking) for their data, so call this off the event
-    loop, or pass arrays you already have.
+    loop, or pass arrays you already have. The file is written beside ``path`` and
+    renamed over it, so a save that fails leaves the old file whole, and arrays loaded
+    from the old file (even those being saved) stay valid.
     """
     arrays: list[tuple[str, np.ndarray]] = []
     for name, value in tensors.items():
