@@ -202,3 +202,23 @@ def test_saving_over_a_loaded_file_leaves_the_loaded_arrays_intact(
 def test_a_tensor_named_like_the_metadata_entry_is_refused(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ert.WeightsError, match="__metadata__"):
         ert.weights.save_safetensors(tmp_path / "w.safetensors", {"__metadata__": np.ones(1)})
+
+
+def test_a_file_replaced_while_loading_gives_the_old_files_data(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Header and data come from the same open file: a save (or any rename) landing
+    # between reading the header and mapping the data can't pair one file's header with
+    # the other's bytes.
+    path, other = tmp_path / "w.safetensors", tmp_path / "other.safetensors"
+    ert.weights.save_safetensors(path, {"w": np.arange(4, dtype="float32")})
+    ert.weights.save_safetensors(other, {"v": np.full(2, 7, "int64"), "w": np.zeros(4, "f4")})
+    real_loads = json.loads
+
+    def replace_then_parse(raw: bytes) -> object:
+        other.replace(path)
+        return real_loads(raw)
+
+    monkeypatch.setattr(ert.weights.json, "loads", replace_then_parse)
+    state = ert.weights.load_safetensors(path)
+    assert state["w"].tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -81,8 +81,8 @@ def load_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """
     path = os.fspath(path)
     try:
-        size = os.path.getsize(path)
         with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
             prefix = file.read(8)
             if len(prefix) < 8:
                 raise WeightsError(f"{path}: too short for a safetensors file ({size} bytes)")
@@ -93,7 +93,19 @@ def load_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
                     f"file {size} bytes)"
                 )
             raw_header = file.read(header_size)
-    except OSError as exc:
+            start = 8 + header_size
+            # Mapped from the file whose header was read, not reopened by name: a save
+            # renamed over the path meanwhile must not pair this header with its bytes.
+            # A plain ndarray over the map: memmap's subclass behaviour (0-d results that
+            # stay 1-d, a file handle kept per view) is not what weights should carry.
+            data = (
+                np.asarray(np.memmap(file, dtype=np.uint8, mode="r", offset=start))
+                if size > start
+                else np.empty(0, np.uint8)
+            )
+    except WeightsError:
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: mmap of a file that shrank
         raise WeightsError(f"cannot read weights from {path}: {exc}") from exc
     try:
         header = json.loads(raw_header)
@@ -103,14 +115,6 @@ def load_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         raise WeightsError(f"{path}: the safetensors header is not a JSON object")
     header.pop("__metadata__", None)
 
-    start = 8 + header_size
-    # A plain ndarray over the map: memmap's subclass behaviour (0-d results that stay
-    # 1-d, a file handle kept per view) is not what a model's weights should carry.
-    data = (
-        np.asarray(np.memmap(path, dtype=np.uint8, mode="r", offset=start))
-        if size > start
-        else np.empty(0, np.uint8)
-    )
     tensors: dict[str, np.ndarray] = {}
     spans: list[tuple[int, int, str]] = []
     for name, entry in header.items():
