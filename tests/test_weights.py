@@ -222,3 +222,14 @@ def test_a_file_replaced_while_loading_gives_the_old_files_data(
     monkeypatch.setattr(ert.weights.json, "loads", replace_then_parse)
     state = ert.weights.load_safetensors(path)
     assert state["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_rename_takes_a_mapping_of_rules_and_refuses_malformed_ones() -> None:
+    state = {"ab.weight": 1, "bert.x": 2}
+    # A dict {pattern: replacement} is the natural spelling: each item is one rule (iterating
+    # it gave its keys, and a two-character key unpacked into pattern and replacement).
+    assert ert.weights.rename(state, {"ab": "cd", r"^bert\.": ""}) == {"cd.weight": 1, "x": 2}
+    with pytest.raises(ert.WeightsError, match=r"\(pattern, replacement\)"):
+        ert.weights.rename(state, ["ab"])
+    with pytest.raises(ert.WeightsError, match=r"'\(unclosed'"):
+        ert.weights.rename(state, [("(unclosed", "")])

@@ -248,9 +248,12 @@ def _host_array(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def rename(state: Mapping[str, Any], rules: Iterable[tuple[str, str]]) -> dict[str, Any]:
-    """``state`` with each name rewritten by the regex substitutions ``rules`` (applied
-    in order, each to the result of the last); values untouched.
+def rename(
+    state: Mapping[str, Any], rules: Iterable[tuple[str, str]] | Mapping[str, str]
+) -> dict[str, Any]:
+    """``state`` with each name rewritten by the regex substitutions ``rules``, pairs
+    ``(pattern, replacement)`` or a dict of them (applied in order, each to the result
+    of the last); values untouched.
 
     Two names that end up the same are an error rather than one silently dropped.
 
@@ -258,7 +261,19 @@ def rename(state: Mapping[str, Any], rules: Iterable[tuple[str, str]]) -> dict[s
     ...        [(r"^bert\\.", ""), (r"\\.attention\\.self\\.", ".attn.")])
     {'encoder.layer.0.attn.query.weight': 1}
     """
-    compiled = [(re.compile(pattern), replacement) for pattern, replacement in rules]
+    pairs = list(rules.items() if isinstance(rules, Mapping) else rules)
+    compiled: list[tuple[re.Pattern[str], str]] = []
+    for rule in pairs:
+        if not (
+            isinstance(rule, (tuple, list))
+            and len(rule) == 2
+            and all(isinstance(part, str) for part in rule)
+        ):
+            raise WeightsError(f"a rename rule is a (pattern, replacement) pair, got {rule!r}")
+        try:
+            compiled.append((re.compile(rule[0]), rule[1]))
+        except re.error as exc:
+            raise WeightsError(f"rename pattern {rule[0]!r} is not a regex: {exc}") from exc
     renamed: dict[str, Any] = {}
     origin: dict[str, str] = {}
     for name, value in state.items():
