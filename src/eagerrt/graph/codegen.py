@@ -578,7 +578,15 @@ def _gelu(
         return e._assign(f"{T}({T}({T}(0.5) * {x}) * {T}({T}(1) + {inner.var}))", out)
     if approximate != "none":
         return None
-    # As the eager numba kernel: the erf form in float64 whatever the dtype.
+    if out == np.float32:
+        # As the eager numba kernel: float64 math with the vectorizable rational erf.
+        from ..ops._erf import INV_SQRT2, erf_source_lines
+
+        v = e._assign(f"np.float64({x})", np.dtype(np.float64))
+        erf = f"{v.var}_erf"
+        e.lines += erf_source_lines(f"{v.var} * {INV_SQRT2!r}", erf, erf)
+        return e._assign(f"{T}(0.5 * {v.var} * (1.0 + {erf}))", out)
+    # As the eager numba kernel: the erf form in float64.
     return e._assign(f"{T}(0.5 * {x} * (1.0 + math.erf({x} * 0.7071067811865476)))", out)
 
 
