@@ -88,7 +88,21 @@ def _relu_out(node: Node) -> OutKernel | None:
     return lambda x, out: np.maximum(x, 0, out=out)  # the eager kernel, written into out
 
 
+def _linear_out(node: Node) -> OutKernel | None:
+    """``linear_into``: one product over all leading dimensions, rows shared by two
+    threads when large; ``epilogue=`` runs elementwise work on each block of rows
+    (see :mod:`.passes.epilogue`)."""
+    if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
+        return None
+    from ..ops.nn import linear_into
+
+    if len(node.inputs) == 3:
+        return lambda x, w, b, out, epilogue=None: linear_into(x, w, b, out, epilogue)
+    return lambda x, w, out, epilogue=None: linear_into(x, w, None, out, epilogue)
+
+
 _TABLE: dict[str, Callable[[Node], OutKernel | None]] = {
+    "linear": _linear_out,
     "relu": _relu_out,
     "matmul": _matmul_out,
     "softmax": _softmax_out,

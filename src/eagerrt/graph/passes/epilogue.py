@@ -71,10 +71,69 @@ def _product(v: Any, group: list[Node], users: dict[int, list[Node]], outputs: s
     return all(id(u) in members for u in users.get(v.id, ()))
 
 
-def _wrapper(product: Node, n_product: int, slot: int, n_rest: int, ew: Any) -> Any:
+def _row_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
+    """For a product that computes its result in blocks of rows (linear), whether
+    each other operand of the epilogue is read by rows (True: it has the result's
+    shape) or whole (False: a bias-like operand, broadcast over all but the last
+    dimension); None where the epilogue can't run on blocks of rows."""
+    if product.name != "linear":
+        return None
+    out = product.out
+    if out.ndim < 2 or out.shape[-2] < 2:
+        return None  # blocks are viewed as (1, ..., rows, n): dimension -2 must be a real one
+    modes = []
+    for a in rest:
+        if type(a) is not Value:
+            modes.append(False)  # a weak scalar
+        elif a.shape == out.shape and not a.is_const:
+            modes.append(True)  # a computed or input value: a C-contiguous buffer
+        elif all(d == 1 for d in a.shape[:-1]):
+            modes.append(False)
+        else:
+            return None
+    return modes
+
+
+def _by_rows(product_into: Any, n_product: int, slot: int, modes: list[bool], ew: Any) -> Any:
+    """``out_kernel(*product_args, *rest, out)``: the product, with ``ew`` run on
+    each block of rows as soon as the product has written it (in cache, and on
+    whichever thread computed the block). Blocks are views of shape (1, ..., rows,
+    n), which the loop nest handles: it takes its bounds from ``out``, operands by
+    rows have ``out``'s shape and the others broadcast over every dimension but
+    the last."""
+
+    def out_kernel(*args: Any) -> None:
+        out = args[-1]
+        n = out.shape[-1]
+        lead = (1,) * (out.ndim - 2)
+        rows = out.reshape(-1, n)
+        rest = [
+            a.reshape(-1, n) if by_rows else a
+            for a, by_rows in zip(args[n_product:-1], modes, strict=True)
+        ]
+
+        def epilogue(start: int, stop: int) -> None:
+            block = (*lead, stop - start, n)
+            o = rows[start:stop].reshape(block)
+            operands = [
+                a[start:stop].reshape(block) if by_rows else a
+                for a, by_rows in zip(rest, modes, strict=True)
+            ]
+            ew(*operands[:slot], o, *operands[slot:], o)
+
+        product_into(*args[:n_product], out, epilogue=epilogue)
+
+    return out_kernel
+
+
+def _wrapper(product: Node, n_product: int, slot: int, rest: list[Any], ew: Any) -> Any:
     """``out_kernel(*product_args, *rest, out)``: the product, then ``ew`` over it."""
     kernel = kernel_for(product)
     out_form = out_kernel_for(product, kernel)
+    modes = _row_blocks(product, rest) if out_form is not None else None
+    if modes is not None:
+        return _by_rows(out_form, n_product, slot, modes, ew)
+    n_rest = len(rest)
     params = [f"p{i}" for i in range(n_product)] + [f"e{i}" for i in range(n_rest)]
     rest = [f"e{i}" for i in range(n_rest)]
     if out_form is not None:
@@ -109,7 +168,7 @@ def _fuse(group: list[Node], value: Value) -> Node | None:
     if ew is None:
         return None
     rest = inputs[:slot] + inputs[slot + 1 :]
-    out_kernel = _wrapper(product, len(product.inputs), slot, len(rest), ew)
+    out_kernel = _wrapper(product, len(product.inputs), slot, rest, ew)
     root = group[-1].out
     cost = node_cost(product) + fused_cost(group) - config.op_overhead_ns
     op = make_op(
