@@ -69,6 +69,25 @@ def test_the_heaviest_child_continues_its_parents_stream() -> None:
     assert streams[2] == streams[0] and streams[1] != streams[0]
 
 
+def test_cheap_slices_joining_a_heavy_node_at_once_start_no_stream() -> None:
+    # q, k, v = split(x); attention(q, k, v) then heavy work: the slices are
+    # cheap and join the heavy node at once, so no thread hop for them, however
+    # much work follows the join (it goes on in one of the streams anyway).
+    add, where = ert.get_op("add"), ert.get_op("where")
+    x = Value((2,), F32, CPU)
+    qkv, q, k, v, att, tail = (Value((2,), F32, CPU) for _ in range(6))
+    nodes = [
+        Node(add, [x, 1], {}, [qkv]),
+        Node(add, [qkv, 1], {}, [q]),
+        Node(add, [qkv, 2], {}, [k]),
+        Node(add, [qkv, 3], {}, [v]),
+        Node(where, [q, k, v], {}, [att]),
+        Node(add, [att, 1], {}, [tail]),
+    ]
+    streams = assign_streams(nodes, [1e6, 10.0, 10.0, 10.0, 1e6, 1e7], threshold=5e4)
+    assert streams == [0] * 6
+
+
 rng = np.random.default_rng(3)
 WEIGHTS = [ert.asarray(rng.standard_normal((96, 96)).astype("float32") * 0.1) for _ in range(3)]
 

@@ -85,14 +85,26 @@ def assign_streams(nodes: list[Node], costs: list[float], threshold: float) -> l
             path[i] = costs[i] + max(path[c] for c in children[i])
     # Each node's heir: the child on its longest path continues its stream.
     heir = [max(cs, key=path.__getitem__) if cs else -1 for cs in children]
+    # Where several operands have a node as heir, the heaviest one's stream goes on.
+    carrier = [-1] * len(nodes)
+    for i in range(len(nodes)):
+        heirs_of = [p for p in parents[i] if heir[p] == i]
+        if heirs_of:
+            carrier[i] = max(heirs_of, key=path.__getitem__)
+    # The work a stream started at each node would run before it ends (at a node
+    # another stream carries on): a cheap branch that joins others at once (a
+    # slice feeding attention) is not worth a thread hop, whatever follows the join.
+    carried = list(costs)
+    for i in range(len(nodes) - 1, -1, -1):
+        if heir[i] >= 0 and carrier[heir[i]] == i:
+            carried[i] += carried[heir[i]]
     stream = [0] * len(nodes)
     count = 0
     for i in range(len(nodes)):
-        heirs_of = [p for p in parents[i] if heir[p] == i]
-        if heirs_of:  # continue the heaviest such operand's stream
-            stream[i] = stream[max(heirs_of, key=path.__getitem__)]
+        if carrier[i] >= 0:  # continue the heaviest such operand's stream
+            stream[i] = stream[carrier[i]]
             continue
-        if count == 0 or path[i] >= threshold:
+        if count == 0 or carried[i] >= threshold:
             stream[i] = count
             count += 1
         else:  # cheap: ride along on the heaviest operand's stream
