@@ -647,6 +647,80 @@ def test_activations() -> None:
     assert ert.silu(x32).dtype == np.float32 and ert.softplus(x32).dtype == np.float32
 
 
+def test_float32_gelu_is_within_a_rounding_of_the_erf_form_eager_and_compiled() -> None:
+    # float32 GELU uses a rational erf (vectorizable); float64 keeps math.erf.
+    x = np.concatenate([np.linspace(-12, 12, 100_001), [-1e30, 0.0, -0.0, np.inf, -np.inf]])
+    x32 = x.astype(np.float32)
+    erf = np.vectorize(math.erf)
+    with np.errstate(invalid="ignore"):  # -inf * 0
+        want = 0.5 * x32.astype(np.float64) * (1 + erf(x32.astype(np.float64) / math.sqrt(2)))
+    eager = ert.gelu(x32).numpy()
+    assert eager.dtype == np.float32
+    finite = np.isfinite(x32)
+    spacing = np.spacing(np.abs(want[finite]).astype(np.float32)).astype(np.float64)
+    # Absolute error under 2e-8 * |x| (the erf fit's) plus one float32 rounding.
+    error = np.abs(eager[finite] - want[finite])
+    assert np.all(error <= 2e-8 * np.abs(x[finite]) + spacing)
+    assert eager[-2] == np.inf and np.isnan(eager[-1])  # -inf * Phi(-inf): nan, as torch
+    assert eager[-5] == 0 and np.signbit(eager[-5])  # -1e30: -0.0, not -1e30 * a tiny error
+    compiled = ert.function(lambda t: ert.gelu(t) * 2.0)(ert.asarray(x32)).numpy()
+    np.testing.assert_array_equal(compiled, eager * 2)  # fused code: the same statements
+
+
+def _counting_row_units(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Rows computed by linear's two-thread path, block by block."""
+    seen: list[int] = []
+    real = nn_ops._linear_rows
+
+    def spy(
+        x2: Any, wt: Any, bias: Any, out2: Any, epilogue: Any, units: Any, single: bool
+    ) -> None:
+        def counted() -> Any:
+            for unit in units:
+                seen.append(unit)
+                yield unit
+
+        real(x2, wt, bias, out2, epilogue, counted(), single)
+
+    monkeypatch.setattr(nn_ops, "_linear_rows", spy)
+    return seen
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_a_large_linear_shares_its_rows_between_two_threads(
+    monkeypatch: pytest.MonkeyPatch, contiguous: bool
+) -> None:
+    seen = _counting_row_units(monkeypatch)
+    x, w, b = rand(4, 300, 96), rand(200, 96), rand(200)  # 1200 rows: 5 blocks
+    xs = x if contiguous else np.swapaxes(np.swapaxes(x, 0, 1).copy(), 0, 1)
+    with ert.config.override(num_threads=2):
+        close(ert.linear(xs, w, b), x @ w.T + b, scale=4)
+    assert sorted(seen) == [0, 1, 2, 3, 4]
+
+
+def test_compiled_linear_epilogues_run_on_blocks_of_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _counting_row_units(monkeypatch)
+    x, w, b = rand(3, 400, 64), rand(160, 64), rand(160)
+    residual, scale = rand(3, 400, 160), rand(1, 1, 160)
+    ops = [ert.asarray(a) for a in (w, b, scale)]
+
+    def layer(x: Any, residual: Any) -> Any:  # bias-like, by-rows and scalar operands
+        return ert.gelu(ert.linear(x, ops[0], ops[1])) * ops[2] + residual * 0.5
+
+    compiled = ert.function(layer)
+    with ert.config.override(num_threads=2):
+        want = layer(x, residual).numpy()
+        seen.clear()
+        got = compiled(ert.asarray(x), ert.asarray(residual)).numpy()
+        assert sorted(seen) == [0, 1, 2, 3, 4]
+        graph = compiled.compiled_for(ert.asarray(x), ert.asarray(residual)).graph
+        assert [n.name for n in graph.nodes] == ["fused[linear,gelu,multiply,multiply,add]"]
+        np.testing.assert_array_equal(got, want)
+    # One row per batch item: blocks of rows can't be viewed as (1, rows, n); one pass.
+    one = compiled(ert.asarray(x[:, :1]), ert.asarray(residual[:, :1])).numpy()
+    np.testing.assert_array_equal(one, layer(x[:, :1], residual[:, :1]).numpy())
+
+
 def test_linear_embedding_activations_match_torch() -> None:
     torch, F = torch_f()
     t = torch.from_numpy
