@@ -119,7 +119,7 @@ def _by_rows(product_into: Any, n_product: int, slot: int, modes: list[bool], ew
                 a[start:stop].reshape(block) if by_rows else a
                 for a, by_rows in zip(rest, modes, strict=True)
             ]
-            ew(*operands[:slot], o, *operands[slot:], o)
+            ew(*operands, o)  # reads the product's block from o, in place
 
         product_into(*args[:n_product], out, epilogue=epilogue)
 
@@ -138,7 +138,7 @@ def _wrapper(product: Node, n_product: int, slot: int, rest: list[Any], ew: Any)
     rest = [f"e{i}" for i in range(n_rest)]
     if out_form is not None:
         first = f"    product({', '.join(params[:n_product])}, out)"
-        ew_args = [*rest[:slot], "out", *rest[slot:]]  # in place over the product
+        ew_args = rest  # ew reads the product from out, in place
     else:
         static = "".join(f", {k}=static[{k!r}]" for k in product.static)
         first = f"    r = product({', '.join(params[:n_product])}{static})"
@@ -164,10 +164,14 @@ def _fuse(group: list[Node], value: Value) -> Node | None:
     program = build_program(group, inputs)
     if program is None:
         return None
-    ew = compile_kernel(program.kernel_source(), inputs, group[-1].out)
+    rest = inputs[:slot] + inputs[slot + 1 :]
+    # With an out form the product is written into the output buffer and the
+    # epilogue reads it from there; otherwise it reads the product's own array.
+    in_place = out_kernel_for(product, kernel_for(product)) is not None
+    source = program.kernel_source(from_out=slot if in_place else None)
+    ew = compile_kernel(source, rest if in_place else inputs, group[-1].out)
     if ew is None:
         return None
-    rest = inputs[:slot] + inputs[slot + 1 :]
     out_kernel = _wrapper(product, len(product.inputs), slot, rest, ew)
     root = group[-1].out
     cost = node_cost(product) + fused_cost(group) - config.op_overhead_ns
@@ -179,7 +183,7 @@ def _fuse(group: list[Node], value: Value) -> Node | None:
         max(cost, config.op_overhead_ns),
         len(product.inputs) + len(rest),
         elementwise=False,  # the product reads whole rows: never in place over its operands
-        source=program.kernel_source(),
+        source=source,
     )
     return Node(op, [*product.inputs, *rest], {}, [root], site=group[-1].site)
 

@@ -277,11 +277,16 @@ class ElementwiseProgram:
                 lines.append(f"x{j} = {name}{index_expr(a.shape, self.out_shape, loop_vars)}")
         return lines
 
-    def kernel_source(self) -> str:
+    def kernel_source(self, from_out: int | None = None) -> str:
         """A module defining ``kernel(*inputs, out)`` over any shape with this
-        structure (loop bounds come from ``out``)."""
+        structure (loop bounds come from ``out``). With ``from_out``, input
+        ``from_out`` is not a parameter: it is read from ``out``, which the
+        kernel overwrites in place. (Passing one array as both an input and
+        ``out`` instead fails LLVM's run-time overlap check, and the loop runs
+        unvectorized: measured 5 vs 2 ns per element for a float32 GELU.)"""
         ndim = len(self.out_shape)
-        params = ", ".join([*(f"a{j}" for j in range(len(self.inputs))), "out"])
+        names = [f"a{j}" if j != from_out else "out" for j in range(len(self.inputs))]
+        params = ", ".join([*(n for n in names if n != "out"), "out"])
         lines = [NJIT, f"def kernel({params}):"]
         lines += [f"    x{j} = a{j}" for j, a in enumerate(self.inputs) if type(a) is not Value]
         bounds = [f"n{d}" for d in range(ndim)]
@@ -289,7 +294,7 @@ class ElementwiseProgram:
             lines.append(f"    {', '.join(bounds)}{',' if ndim == 1 else ''} = out.shape")
 
         def body(loop_vars: list[str], indent: str) -> list[str]:
-            inner = self.element_reads(loop_vars) + self.lines
+            inner = self.element_reads(loop_vars, names) + self.lines
             store = f"out{index_expr(self.out_shape, self.out_shape, loop_vars)} = {self.result}"
             return [indent + line for line in [*inner, store]]
 
