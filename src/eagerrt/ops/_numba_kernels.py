@@ -31,8 +31,9 @@ _Q0, _Q1, _Q2, _Q3, _Q4, _Q5 = ERF_Q
 
 
 # The same statements as graph fusion's float32 gelu (codegen.py), so eager and
-# compiled results are equal.
-@numba.njit(nogil=True, cache=True)
+# compiled results are equal. error_model="numpy": Python's would test the divisor
+# for zero, a branch that keeps the loop from vectorizing (5 vs 1 ns per element).
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gelu_erf_rational_flat(x: Any, out: Any) -> None:  # pragma: no cover - compiled
     for i in range(x.size):
         v = np.float64(x[i])

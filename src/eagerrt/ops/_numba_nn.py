@@ -424,7 +424,10 @@ def adaptive_avg_pool2d(x: Any, out: Any) -> None:  # pragma: no cover - compile
                 out[p, oh, ow] = total / ((h1 - h0) * (w1 - w0))
 
 
-@numba.njit(nogil=True, cache=True)
+# fastmath "reassoc" only: the float64 sums may be reordered, so they vectorize
+# (measured 1.7 vs 3.2 ms for 4096 rows of 384; torch: 0.8-1.0 ms); nan and
+# inf keep their IEEE meaning.
+@numba.njit(nogil=True, cache=True, fastmath={"reassoc"}, error_model="numpy")
 def normalize_rows(
     x: Any, out: Any, weight: Any, bias: Any, eps: float
 ) -> None:  # pragma: no cover
