@@ -847,6 +847,25 @@ def test_attention_kernel_strided_views() -> None:
     assert empty.shape == (2, 3, 0, 5)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_on_heads_sliced_from_one_projection(threads: int) -> None:
+    # q, k, v as a BERT layer makes them: (B, L, 3, H, D) permuted to (3, B, H, L, D),
+    # so (batch, head) pairs can't be one axis without a copy: blocks copy their pairs.
+    qkv = rand(6, 40, 3, 8, 16).transpose(2, 0, 3, 1, 4)
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    keys = np.ones((6, 1, 1, 40), bool)
+    with ert.config.override(num_threads=threads):
+        close(nn_ops._sdpa_kernel(q, k, v), ref_attention(q, k, v), scale=5)
+        close(nn_ops._sdpa_kernel(q, k, v, keys), ref_attention(q, k, v), scale=5)  # masks nothing
+        keys[:, :, :, 30:] = False  # padding
+        close(nn_ops._sdpa_kernel(q, k, v, keys), ref_attention(q, k, v, mask=keys), scale=5)
+        close(
+            nn_ops._sdpa_kernel(q, k, v, is_causal=True),
+            ref_attention(q, k, v, causal=True),
+            scale=5,
+        )
+
+
 def test_units_are_shared_once_each() -> None:
     seen: list[int] = []
 

@@ -1787,13 +1787,44 @@ _BLAS_ONE_THREAD = 1 << 19
 _SPLIT_FLOPS = 2e7
 
 
-def _as_batch(x: np.ndarray, batch: Shape, repeat: int) -> np.ndarray:
+class _Heads(NamedTuple):
+    """A strided (B, H, L, E) view whose (batch, head) pairs can't be flattened
+    without a copy: :func:`_block` copies the pairs a block needs."""
+
+    view: np.ndarray
+
+
+def _as_batch(x: np.ndarray, batch: Shape, repeat: int) -> np.ndarray | _Heads:
     """``x`` broadcast over ``batch`` as one (B, rows, cols) array (copied only
-    when broadcasting or repeating heads makes it necessary)."""
+    when broadcasting or repeating heads makes it necessary), or a 4-d view that
+    would need a copy to flatten, left for the blocks to copy from."""
+    if repeat == 1 and x.ndim == 4 and x.shape[:-2] == tuple(batch):
+        b, h = x.shape[:2]
+        if b > 1 and h > 1 and x.strides[0] != h * x.strides[1]:
+            return _Heads(x)  # (batch, head) pairs can't be one axis without a copy
     if repeat > 1:
         x = np.repeat(x, repeat, axis=-3)
     x = np.broadcast_to(x, (*batch, *x.shape[-2:]))
     return x.reshape(math.prod(batch), *x.shape[-2:])  # not -1: sizes may be 0
+
+
+def _block(x: np.ndarray | _Heads, c0: int, c1: int, scratch: np.ndarray | None) -> np.ndarray:
+    """Pairs [c0, c1) of an :func:`_as_batch` result as a (c1 - c0, rows, cols) array."""
+    if not isinstance(x, _Heads):
+        return x[c0:c1]
+    from ._numba_nn import gather_heads
+
+    assert scratch is not None
+    out = scratch[: c1 - c0]
+    gather_heads(x.view, c0, out)
+    return out
+
+
+def _scratch(x: np.ndarray | _Heads, step: int) -> np.ndarray | None:
+    """A block's buffer for an operand the blocks copy (None for the others)."""
+    if not isinstance(x, _Heads):
+        return None
+    return np.empty((step, *x.view.shape[-2:]), x.view.dtype)
 
 
 def _view(a: np.ndarray, shape: Shape) -> np.ndarray:
@@ -1825,9 +1856,9 @@ def _one_thread_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
 
 
 def _attend(
-    qb: np.ndarray,
-    kb: np.ndarray,
-    vb: np.ndarray,
+    qb: np.ndarray | _Heads,
+    kb: np.ndarray | _Heads,
+    vb: np.ndarray | _Heads,
     masks: np.ndarray | None,
     out: np.ndarray,
     scale: float,
@@ -1846,24 +1877,26 @@ def _attend(
     not needed."""
     from ._numba_nn import attention_softmax, transpose_scaled
 
-    n, length, embed = qb.shape
-    source = kb.shape[1]
-    dtype = qb.dtype
-    scores = np.empty((min(n, step), length, source), dtype)
-    keys = np.empty((min(n, step), embed, source), dtype)
+    n, length = out.shape[:2]
+    source, embed = (kb.view if isinstance(kb, _Heads) else kb).shape[-2:]
+    dtype = out.dtype
+    block = min(n, step)
+    scores = np.empty((block, length, source), dtype)
+    keys = np.empty((block, embed, source), dtype)
+    buffers = [_scratch(x, block) for x in (qb, kb, vb)]
     neg_inf = dtype.type(-np.inf)
     for unit in units:
         c0, c1 = unit * step, min(n, (unit + 1) * step)
         s, kt = scores[: c1 - c0], keys[: c1 - c0]
-        transpose_scaled(kb[c0:c1], kt, scale)
-        _one_thread_matmul(qb[c0:c1], kt, s)
+        transpose_scaled(_block(kb, c0, c1, buffers[1]), kt, scale)
+        _one_thread_matmul(_block(qb, c0, c1, buffers[0]), kt, s)
         if masks is not None:
-            if masks.dtype == np.bool_:
-                np.copyto(s, neg_inf, where=~masks[c0:c1])
+            if masks.dtype == np.bool_:  # masks holds True where attention is masked out
+                np.copyto(s, neg_inf, where=masks[c0:c1])
             else:
                 s += masks[c0:c1]
         attention_softmax(s, is_causal)
-        _one_thread_matmul(s, vb[c0:c1], out[c0:c1])
+        _one_thread_matmul(s, _block(vb, c0, c1, buffers[2]), out[c0:c1])
 
 
 def _sdpa_kernel(
@@ -1881,10 +1914,16 @@ def _sdpa_kernel(
     kb = _as_batch(k, g.batch, g.kv_repeat)
     vb = _as_batch(v, g.batch, g.kv_repeat)
     scale = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
-    n = qb.shape[0]
+    n = math.prod(g.batch)
     out = np.empty((n, g.length, g.value_embed), q.dtype)
     masks = None
-    if mask is not None:  # a broadcast view: blocks read it without a copy
+    if mask is not None and mask.dtype == np.bool_:
+        # Inverted once, on the mask as given (not per block, broadcast); a mask
+        # that masks nothing (padding masks of unpadded batches) is skipped.
+        mask = ~mask
+        if not mask.any():
+            mask = None
+    if mask is not None:
         masks = np.broadcast_to(mask, (*g.batch, g.length, g.source))
         masks = masks.reshape(n, g.length, g.source)
     # Pairs a block: _SCORE_BLOCK scores, but two blocks at least.
