@@ -857,8 +857,11 @@ def test_attention_on_heads_sliced_from_one_projection(threads: int) -> None:
     with ert.config.override(num_threads=threads):
         close(nn_ops._sdpa_kernel(q, k, v), ref_attention(q, k, v), scale=5)
         close(nn_ops._sdpa_kernel(q, k, v, keys), ref_attention(q, k, v), scale=5)  # masks nothing
-        keys[:, :, :, 30:] = False  # padding
+        keys[:, :, :, 30:] = False  # padding: applied per block, key by key
+        keys[2, :, :, 10:] = False
         close(nn_ops._sdpa_kernel(q, k, v, keys), ref_attention(q, k, v, mask=keys), scale=5)
+        one = keys[2:3]  # one row of key mask for every batch item
+        close(nn_ops._sdpa_kernel(q, k, v, one), ref_attention(q, k, v, mask=one), scale=5)
         close(
             nn_ops._sdpa_kernel(q, k, v, is_causal=True),
             ref_attention(q, k, v, causal=True),

@@ -23,6 +23,7 @@ __all__ = [
     "col2im_add",
     "gather_heads",
     "im2col",
+    "mask_keys",
     "max_pool2d",
     "normalize_rows",
     "transpose_scaled",
@@ -461,6 +462,20 @@ def gather_heads(x: Any, start: int, out: Any) -> None:  # pragma: no cover - co
         for r in range(x.shape[2]):
             for e in range(x.shape[3]):
                 out[i, r, e] = x[b, h, r, e]
+
+
+@numba.njit(nogil=True, cache=True)
+def mask_keys(s: Any, masked: Any, start: int, heads: int) -> None:  # pragma: no cover
+    """Scores of masked keys set to -inf in place: ``s[i, :, j] = -inf`` where
+    ``masked[b, j]``, b the batch of pair ``start + i`` (``heads`` pairs a batch
+    item; ``masked`` with one row serves every batch). A key-padding mask,
+    without broadcasting it to every head and query first."""
+    for i in range(s.shape[0]):
+        b = (start + i) // heads if masked.shape[0] > 1 else 0
+        for r in range(s.shape[1]):
+            for j in range(s.shape[2]):
+                if masked[b, j]:
+                    s[i, r, j] = -np.inf
 
 
 @numba.njit(nogil=True, cache=True)
