@@ -88,6 +88,24 @@ def test_cheap_slices_joining_a_heavy_node_at_once_start_no_stream() -> None:
     assert streams == [0] * 6
 
 
+def test_the_stream_that_did_the_work_goes_on_past_a_join_with_a_cheap_input() -> None:
+    # x -> heavy -> slice, joined by a mask computed from another input, then the
+    # rest of the model: one stream, not the mask's taking over at the join (the
+    # slice is cheaper than the mask, so "most work left" alone picks the mask).
+    add = ert.get_op("add")
+    x, m = Value((2,), F32, CPU), Value((2,), F32, CPU)
+    heavy, sliced, mask, joined, tail = (Value((2,), F32, CPU) for _ in range(5))
+    nodes = [
+        Node(add, [x, 1], {}, [heavy]),
+        Node(add, [m, 1], {}, [mask]),
+        Node(add, [heavy, 1], {}, [sliced]),
+        Node(add, [sliced, mask], {}, [joined]),
+        Node(add, [joined, 1], {}, [tail]),
+    ]
+    streams = assign_streams(nodes, [1e6, 20.0, 0.4, 1e6, 1e7], threshold=5e4)
+    assert streams == [0] * 5
+
+
 rng = np.random.default_rng(3)
 WEIGHTS = [ert.asarray(rng.standard_normal((96, 96)).astype("float32") * 0.1) for _ in range(3)]
 

@@ -85,12 +85,20 @@ def assign_streams(nodes: list[Node], costs: list[float], threshold: float) -> l
             path[i] = costs[i] + max(path[c] for c in children[i])
     # Each node's heir: the child on its longest path continues its stream.
     heir = [max(cs, key=path.__getitem__) if cs else -1 for cs in children]
-    # Where several operands have a node as heir, the heaviest one's stream goes on.
+    # The longest path from a start to each node, itself included.
+    depth = list(costs)
+    for i, ps in enumerate(parents):
+        if ps:
+            depth[i] += max(depth[p] for p in ps)
+    # Where several operands have a node as heir, the stream of the one on the
+    # longest path through the graph goes on (not merely the one with the most
+    # work left: a mask computed from an input would otherwise carry a whole
+    # encoder on while the stream that did all the work so far ends).
     carrier = [-1] * len(nodes)
     for i in range(len(nodes)):
         heirs_of = [p for p in parents[i] if heir[p] == i]
         if heirs_of:
-            carrier[i] = max(heirs_of, key=path.__getitem__)
+            carrier[i] = max(heirs_of, key=lambda p: depth[p] + path[p] - costs[p])
     # The work a stream started at each node would run before it ends (at a node
     # another stream carries on): a cheap branch that joins others at once (a
     # slice feeding attention) is not worth a thread hop, whatever follows the join.
