@@ -1148,3 +1148,37 @@ def test_ops_are_registered_and_heavy_calls_offload() -> None:
     big = ert.conv2d(ert.ones((4, 16, 32, 32)), ert.ones((16, 16, 3, 3)), padding=1)
     assert big.numpy()[0, 0, 5, 5] == 16 * 9
     assert ert.stats().ops_offloaded > before
+
+
+def test_blas_threads_come_back_after_threads_leave_single_blas_out_of_order() -> None:
+    """numpy's OpenBLAS applies its "thread-local" count process-wide: two threads
+    that each saved and restored it, leaving in the other order than they came,
+    used to leave BLAS on one thread for the rest of the process (every product
+    after it at half speed on two cores)."""
+    import threading
+
+    fn = nn_ops._blas_local()
+    if fn is None:
+        pytest.skip("numpy's BLAS is not an OpenBLAS with a settable thread count")
+    default = nn_ops._blas_default_threads
+    inside = threading.Barrier(2)
+    first_out = threading.Event()
+
+    def hold(leave_first: bool) -> None:
+        def work(single: bool) -> None:
+            assert single
+            inside.wait(5)  # both threads hold BLAS at one thread now
+            if not leave_first:
+                first_out.wait(5)
+
+        nn_ops._one_blas_thread(work)
+        if leave_first:
+            first_out.set()
+
+    threads = [threading.Thread(target=hold, args=(first,)) for first in (True, False)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    in_force = fn(default)  # returns the count in force, and leaves the default
+    assert in_force == default

@@ -137,13 +137,17 @@ def _flop_cost(flops: float, elements: float) -> float:
 
 _blas_local_fn: Any = None
 _blas_local_looked = False
+#: BLAS's thread count before eagerrt changed it (restored when no thread needs one).
+_blas_default_threads = 0
+_blas_single_lock = threading.Lock()
+_blas_single_holders = 0  # threads inside _one_blas_thread
 
 
 def _blas_local() -> Any:
-    """numpy's OpenBLAS ``openblas_set_num_threads_local`` (0.3.27+: the BLAS
-    thread count of the calling thread only), or None where numpy has another
-    BLAS; then products are cut small enough to run on one thread anyway."""
-    global _blas_local_fn, _blas_local_looked
+    """numpy's OpenBLAS ``openblas_set_num_threads_local`` (0.3.27+), or None
+    where numpy has another BLAS; then products are cut small enough to run on
+    one thread anyway."""
+    global _blas_local_fn, _blas_local_looked, _blas_default_threads
     if not _blas_local_looked:
         _blas_local_looked = True
         try:
@@ -157,6 +161,10 @@ def _blas_local() -> Any:
                 if hasattr(lib, "openblas_set_num_threads_local"):
                     fn = lib.openblas_set_num_threads_local
                     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+                    # Setting 1 returns the count in force: the default, as
+                    # nothing here has changed it yet.
+                    _blas_default_threads = fn(1)
+                    fn(_blas_default_threads)
                     _blas_local_fn = fn
                     break
         except OSError:
@@ -165,16 +173,29 @@ def _blas_local() -> Any:
 
 
 def _one_blas_thread(work: Any, *args: Any) -> Any:
-    """``work(*args, single)`` with BLAS on this thread only where that can be
-    set (``single`` says whether it was)."""
+    """``work(*args, single)`` with BLAS on one thread where that can be set
+    (``single`` says whether it was).
+
+    numpy's bundled OpenBLAS applies the "thread-local" count to the whole process
+    (measured: a count set on one thread holds on the others), so two threads
+    that each saved and restored the count could interleave and leave it at 1
+    for good: every later product on one core (MiniLM at batch 1: 40 vs 27 ms).
+    The count is therefore held at 1 while any thread is in here, and the
+    default restored by the last one out."""
+    global _blas_single_holders
     fn = _blas_local()
     if fn is None:
         return work(*args, False)
-    old = fn(1)
+    with _blas_single_lock:
+        _blas_single_holders += 1
+        fn(1)
     try:
         return work(*args, True)
     finally:
-        fn(old)
+        with _blas_single_lock:
+            _blas_single_holders -= 1
+            if _blas_single_holders == 0:
+                fn(_blas_default_threads)
 
 
 _helpers: Any = None  # a thread pool for kernels that split their work in two
@@ -190,6 +211,8 @@ def _helper_pool() -> Any:
 
 
 renew_after_fork(__name__, "_helpers", lambda: None)  # a forked child starts its own
+renew_after_fork(__name__, "_blas_single_lock", threading.Lock)
+renew_after_fork(__name__, "_blas_single_holders", lambda: 0)
 
 
 class _Units:
