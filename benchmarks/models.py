@@ -21,6 +21,9 @@ synchronous calls serve them).
 
 Target (issue 8): eagerrt compiled <= 1.0x PyTorch on both models.
 
+Each timed sample starts after a short idle pause (``SETTLE_S``), so that the threads
+another runtime left spinning have gone to sleep and every contender gets both cores.
+
 Run: ``python benchmarks/models.py [--quick]`` (needs the ``models`` extra).
 """
 
@@ -192,8 +195,16 @@ def _add_onnx(c: Contenders, ort: Any, path: Any, feeds: Callable[[Any], dict[st
     c.runs["onnx_eagerrt"] = run_imported
 
 
-def _timed(run: Callable[[Any], Any], batch: Any, reps: int) -> Callable[[], Any]:
+#: Idle time before each timed sample. PyTorch's OpenMP threads and OpenBLAS's threads
+#: spin for a while after their last call; without a pause the previous contender's
+#: spinning threads take a core from the next one (measured: eagerrt's MiniLM at batch 1
+#: 36 ms right after PyTorch, 27 ms alone).
+SETTLE_S = 0.3
+
+
+def _timed(run: Callable[[Any], Any], batch: Any, reps: int, settle: float) -> Callable[[], Any]:
     async def candidate() -> float:
+        await asyncio.sleep(settle)
         start = now_ns()
         for _ in range(reps):
             await run(batch)
@@ -202,11 +213,14 @@ def _timed(run: Callable[[Any], Any], batch: Any, reps: int) -> Callable[[], Any
     return candidate
 
 
-def _timed_concurrent(name: str, run: Callable[[Any], Any], batch: Any, requests: int) -> Any:
+def _timed_concurrent(
+    name: str, run: Callable[[Any], Any], batch: Any, requests: int, settle: float
+) -> Any:
     """ms for ``requests`` batch-1 requests: concurrent for eagerrt, one after another for
     the synchronous runtimes (their calls block the event loop anyway)."""
 
     async def candidate() -> float:
+        await asyncio.sleep(settle)
         start = now_ns()
         if name in ("torch", "onnxruntime"):
             for _ in range(requests):
@@ -226,6 +240,7 @@ async def _measure(
     rounds: int,
     batches: tuple[int, ...],
     concurrent: int,
+    settle: float,
 ) -> None:
     fig = result["figures"]
     samples_json = result.setdefault("samples_ms", {})
@@ -242,7 +257,7 @@ async def _measure(
         x = inputs(batch)
         reps = 5 if batch == 1 else 1
         samples = await interleave_async(
-            {n: _timed(run, x, reps) for n, run in c.runs.items()}, rounds, warm_up=True
+            {n: _timed(run, x, reps, settle) for n, run in c.runs.items()}, rounds, warm_up=True
         )
         samples_json[f"{label}_b{batch}"] = samples.to_json()
         _report(result, f"{label}, batch {batch} latency", f"{label}_b{batch}", samples, "ms")
@@ -250,7 +265,7 @@ async def _measure(
             fig[f"{label}_b{batch}_{name}_samples_per_s"] = batch / samples.best(name) * 1e3
     one = inputs(1)
     samples = await interleave_async(
-        {n: _timed_concurrent(n, run, one, concurrent) for n, run in c.runs.items()},
+        {n: _timed_concurrent(n, run, one, concurrent, settle) for n, run in c.runs.items()},
         rounds,
         warm_up=True,
     )
@@ -295,6 +310,7 @@ def run(
     concurrent: int = 16,
     rounds: int | None = None,
     onnx: bool = True,
+    settle: float = SETTLE_S,
 ) -> dict[str, Any]:
     """ResNet-18 and MiniLM: eagerrt eager/compiled vs PyTorch and ONNX Runtime."""
     rounds = rounds or (2 if quick else 7)
@@ -308,6 +324,7 @@ def run(
             "minilm_sequence_length": length,
             "concurrent_requests": concurrent,
             "rounds": rounds,
+            "settle_s": settle,
         },
     )
     try:
@@ -332,7 +349,7 @@ def run(
                     c, inputs = minilm_contenders(torch, ort, folder, length)
                 else:
                     raise ValueError(f"unknown model {label!r}")
-                await _measure(result, label, c, inputs, rounds, batches, concurrent)
+                await _measure(result, label, c, inputs, rounds, batches, concurrent, settle)
 
     asyncio.run(measure())
     return finish(result)

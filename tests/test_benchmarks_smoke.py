@@ -32,7 +32,7 @@ TINY: dict[str, dict[str, Any]] = {
         "memory_arrivals": (50, 200),
         "rounds": 1,
     },
-    "models": {"batches": (1,), "length": 16, "concurrent": 2, "rounds": 1},
+    "models": {"batches": (1,), "length": 16, "concurrent": 2, "rounds": 1, "settle": 0.0},
 }
 
 
