@@ -53,13 +53,7 @@ def fuse_gelu(
     (operands in either order; ``x * 0.5`` may come first) replaced by one
     ``Gelu`` node. ``constants`` holds the values of initializers and
     ``Constant`` nodes by name; intermediate values used elsewhere stop a rewrite."""
-    producer: dict[str, Node] = {}
-    consumers: dict[str, list[Node]] = defaultdict(list)
-    for node in nodes:
-        for out in node.outputs:
-            producer[out] = node
-        for name in node.inputs:
-            consumers[name].append(node)
+    producer, consumers = _users(nodes)
 
     def only_consumer(name: str, op_type: str) -> Node | None:
         users = consumers.get(name, [])
