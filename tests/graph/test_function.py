@@ -472,3 +472,72 @@ def test_an_output_returned_twice_that_views_an_intermediate_is_safe_in_both_pla
     expected = (x @ W1.numpy()).T
     np.testing.assert_allclose(a.numpy(), expected, rtol=1e-6)
     np.testing.assert_allclose(b.numpy(), expected, rtol=1e-6)
+
+
+def test_concurrent_first_calls_from_threads_compile_once() -> None:
+    import threading
+    import time
+
+    def body(x: Any) -> Any:
+        time.sleep(0.1)  # a slow trace: the other callers arrive meanwhile
+        return ert.relu(x) + 1
+
+    f = ert.function(body)
+    x = ert.asarray(np.ones((5, 3), np.float32))
+    results: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(f(x).numpy().tolist())) for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == [[[2.0] * 3] * 5] * 4
+    assert f.traces == 1
+
+
+@pytest.mark.anyio
+async def test_concurrent_first_calls_from_tasks_compile_once() -> None:
+    async def body(x: Any) -> Any:
+        await anyio.sleep(0.05)  # the trace suspends: the other tasks call meanwhile
+        return ert.relu(x) * 2
+
+    f = ert.function(body)
+    x = ert.asarray(np.ones((2, 2), np.float32))
+    results: list[Any] = []
+
+    async def call() -> None:
+        results.append((await (await f(x))).tolist())
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(5):
+            tasks.start_soon(call)
+    assert results == [[[2.0, 2.0], [2.0, 2.0]]] * 5
+    assert f.traces == 1
+
+
+@pytest.mark.anyio
+async def test_callers_waiting_on_a_failed_compile_get_its_error_not_a_hang() -> None:
+    calls = 0
+
+    async def body(x: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        await anyio.sleep(0.05)
+        return ert.reshape(x, (7,))  # a ShapeError while tracing, for every caller
+
+    f = ert.function(body)
+    x = ert.asarray(np.ones((2, 2), np.float32))
+    errors: list[BaseException] = []
+
+    async def call() -> None:
+        try:
+            await f(x)
+        except ert.ShapeError as error:
+            errors.append(error)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tasks:
+            for _ in range(3):
+                tasks.start_soon(call)
+    assert len(errors) == 3 and calls == 3  # each waiter tried itself after the failure

@@ -16,8 +16,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import sys
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +28,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from .._core.async_value import AsyncValue
+from .._core.bridge import wait_async
 from .._core.errors import TracingError, UsageError
 from ..tensor import TRACED, Tensor
 from . import pytree
@@ -64,6 +69,31 @@ class Compiled:
         if self.structure is _ONE_OUTPUT:
             return outputs[0]
         return output_structure(self.structure, outputs)
+
+
+def _current_task() -> int:
+    """An id of the running task (trio's or asyncio's), or of this thread."""
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            return id(trio.lowlevel.current_task())
+        except RuntimeError:
+            pass
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop
+        task = None
+    return id(task) if task is not None else threading.get_ident()
+
+
+class _Waiting:
+    """``await _Waiting(value)``: suspend until an AsyncValue is set (asyncio or trio)."""
+
+    def __init__(self, value: AsyncValue) -> None:
+        self.value = value
+
+    def __await__(self) -> Any:
+        return wait_async(self.value)
 
 
 def _asarray(data: Any) -> Tensor:
@@ -128,6 +158,10 @@ class Function(Generic[_F]):
         self._max_traces = max_traces
         #: How many times the function has been traced (new signatures, evictions).
         self.traces = 0
+        # Signatures being compiled now -> (the compiling thread, a value set when done):
+        # concurrent first calls of one signature wait for one compile, not each do one.
+        self._compiling: dict[tuple[Any, ...], tuple[int, AsyncValue]] = {}
+        self._compiling_lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -153,7 +187,7 @@ class Function(Generic[_F]):
         key = _signature(leaves, tree, self._name)
         compiled = self._cache.get(key)
         if compiled is None:
-            compiled = self._compile_sync(args, kwargs, key)
+            compiled = self._compile_once_sync(args, kwargs, key)
         else:
             self._cache.move_to_end(key)
         return compiled.call(leaves)
@@ -169,7 +203,7 @@ class Function(Generic[_F]):
         key = _signature(leaves, tree, self._name)
         compiled = self._cache.get(key)
         if compiled is None:
-            compiled = await self._compile_async(args, kwargs, key)
+            compiled = await self._compile_once_async(args, kwargs, key)
         else:
             self._cache.move_to_end(key)
         return compiled.call(leaves)
@@ -179,6 +213,59 @@ class Function(Generic[_F]):
         return self._fn(*args, **kwargs)
 
     # -- compiling -------------------------------------------------------------
+    def _claim(self, key: tuple[Any, ...], me: int) -> AsyncValue | None:
+        """None if caller ``me`` (a thread or a task) is to compile ``key`` (it then
+        must :meth:`_release` it), else the value set when the compiling caller is done."""
+        with self._compiling_lock:
+            pending = self._compiling.get(key)
+            if pending is None:
+                self._compiling[key] = (me, AsyncValue())
+                return None
+        owner, done = pending
+        # The caller compiling this signature again (a function calling itself with
+        # concrete arguments while traced) must not wait for itself.
+        return None if owner == me else done
+
+    def _release(self, key: tuple[Any, ...], me: int) -> None:
+        with self._compiling_lock:
+            entry = self._compiling.get(key)
+            if entry is None or entry[0] != me:
+                return
+            del self._compiling[key]
+        entry[1].set_value(None)
+
+    def _compile_once_sync(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: tuple[Any, ...]
+    ) -> Compiled:
+        me = threading.get_ident()
+        done = self._claim(key, me)
+        if done is not None:
+            done.wait()
+            compiled = self._cache.get(key)
+            if compiled is not None:
+                return compiled
+            return self._compile_once_sync(args, kwargs, key)  # that compile failed
+        try:
+            return self._compile_sync(args, kwargs, key)
+        finally:
+            self._release(key, me)
+
+    async def _compile_once_async(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: tuple[Any, ...]
+    ) -> Compiled:
+        me = _current_task()
+        done = self._claim(key, me)
+        if done is not None:
+            await _Waiting(done)
+            compiled = self._cache.get(key)
+            if compiled is not None:
+                return compiled
+            return await self._compile_once_async(args, kwargs, key)  # that one failed
+        try:
+            return await self._compile_async(args, kwargs, key)
+        finally:
+            self._release(key, me)
+
     def _compile_sync(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: tuple[Any, ...]
     ) -> Compiled:
