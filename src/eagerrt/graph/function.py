@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import os
 import sys
 import threading
 from collections import OrderedDict
@@ -158,9 +159,10 @@ class Function(Generic[_F]):
         self._max_traces = max_traces
         #: How many times the function has been traced (new signatures, evictions).
         self.traces = 0
-        # Signatures being compiled now -> (the compiling thread, a value set when done):
+        # Signatures being compiled now -> (process, the compiling thread or task, a value
+        # set when done):
         # concurrent first calls of one signature wait for one compile, not each do one.
-        self._compiling: dict[tuple[Any, ...], tuple[int, AsyncValue]] = {}
+        self._compiling: dict[tuple[Any, ...], tuple[int, int, AsyncValue]] = {}
         self._compiling_lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
@@ -216,12 +218,14 @@ class Function(Generic[_F]):
     def _claim(self, key: tuple[Any, ...], me: int) -> AsyncValue | None:
         """None if caller ``me`` (a thread or a task) is to compile ``key`` (it then
         must :meth:`_release` it), else the value set when the compiling caller is done."""
+        pid = os.getpid()
         with self._compiling_lock:
             pending = self._compiling.get(key)
-            if pending is None:
-                self._compiling[key] = (me, AsyncValue())
+            # A compile a forked parent had under way never finishes in the child.
+            if pending is None or pending[0] != pid:
+                self._compiling[key] = (pid, me, AsyncValue())
                 return None
-        owner, done = pending
+        _, owner, done = pending
         # The caller compiling this signature again (a function calling itself with
         # concrete arguments while traced) must not wait for itself.
         return None if owner == me else done
@@ -229,10 +233,10 @@ class Function(Generic[_F]):
     def _release(self, key: tuple[Any, ...], me: int) -> None:
         with self._compiling_lock:
             entry = self._compiling.get(key)
-            if entry is None or entry[0] != me:
+            if entry is None or entry[1] != me:
                 return
             del self._compiling[key]
-        entry[1].set_value(None)
+        entry[2].set_value(None)
 
     def _compile_once_sync(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: tuple[Any, ...]
