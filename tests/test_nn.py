@@ -1182,3 +1182,38 @@ def test_blas_threads_come_back_after_threads_leave_single_blas_out_of_order() -
         thread.join(10)
     in_force = fn(default)  # returns the count in force, and leaves the default
     assert in_force == default
+
+
+def test_a_split_does_not_wait_for_a_helper_busy_with_another_callers_split() -> None:
+    """Two workers each running a model share one helper thread: a caller that did
+    every unit itself must not then wait for its share queued behind the other's."""
+    import threading
+
+    busy = threading.Event()
+    release = threading.Event()
+
+    def occupy() -> None:
+        busy.set()
+        release.wait(10)
+
+    nn_ops._helper_pool().submit(occupy)  # the other caller's share, still running
+    assert busy.wait(5)
+    done: list[int] = []
+
+    def work(units: Any, single: bool) -> None:
+        done.extend(units)
+
+    finished = threading.Event()
+
+    def split() -> None:
+        nn_ops._shared_by_two(work, 6)
+        finished.set()
+
+    caller = threading.Thread(target=split)
+    caller.start()
+    try:
+        assert finished.wait(5), "the split waited for the busy helper"
+        assert sorted(done) == list(range(6))
+    finally:
+        release.set()
+        caller.join(10)

@@ -244,7 +244,11 @@ def _shared_by_two(work: Any, n: int, *args: Any) -> None:
     try:
         _one_blas_thread(work, *args, units)
     finally:
-        other.result()
+        # The helper may still be busy with another caller's split (two workers each
+        # running a model): then this caller has done every unit itself, and waiting
+        # for the queued share would only serialise it behind the other caller.
+        if not other.cancel():
+            other.result()
 
 
 def _rows_by_two(work: Any, rows: int, *args: Any) -> None:
