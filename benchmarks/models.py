@@ -86,11 +86,8 @@ LABELS = {
 }
 
 
-class Contenders:
-    """One model's ways of running a batch, each ``async (inputs) -> numpy output``."""
-
-    def __init__(self) -> None:
-        self.runs: dict[str, Callable[[Any], Any]] = {}
+#: A model's ways of running a batch, by contender: ``async (inputs) -> numpy output``.
+Contenders = dict[str, Callable[[Any], Any]]
 
 
 def resnet_contenders(
@@ -104,7 +101,6 @@ def resnet_contenders(
     ert.weights.save_safetensors(path, state)
     model = resnet.ResNet18.from_safetensors(path)
     compiled = model.compiled
-    c = Contenders()
 
     async def run_torch(x: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
@@ -116,7 +112,7 @@ def resnet_contenders(
     async def run_compiled(x: np.ndarray) -> np.ndarray:
         return np.asarray(await (await compiled(ert.asarray(x))))
 
-    c.runs = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
+    c: Contenders = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
     if ort is not None:
         onnx_path = torch_reference.export_onnx(
             model_torch,
@@ -142,7 +138,6 @@ def minilm_contenders(
     model = minilm.MiniLM.from_pretrained(torch_reference.minilm_path())
     compiled = model.compiled
     st = torch_reference.sentence_transformer()
-    c = Contenders()
 
     async def run_torch(batch: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         ids, mask = batch
@@ -158,7 +153,7 @@ def minilm_contenders(
         ids, mask = batch
         return np.asarray(await (await compiled(ert.asarray(ids), ert.asarray(mask))))
 
-    c.runs = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
+    c: Contenders = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
     if ort is not None:
         onnx_path = torch_reference.export_minilm_onnx(
             os.path.join(onnx_dir, "minilm.onnx"), pooled=True
@@ -185,14 +180,14 @@ def _add_onnx(c: Contenders, ort: Any, path: Any, feeds: Callable[[Any], dict[st
     async def run_ort(batch: Any) -> np.ndarray:
         return np.asarray(session.run(None, feeds(batch))[0])
 
-    c.runs["onnxruntime"] = run_ort
+    c["onnxruntime"] = run_ort
     imported = ert.onnx.load(path)  # one output: ``await imported(...)`` gives its tensor
 
     async def run_imported(batch: Any) -> np.ndarray:
         output = await imported(**{k: ert.asarray(v) for k, v in feeds(batch).items()})
         return np.asarray(await output)
 
-    c.runs["onnx_eagerrt"] = run_imported
+    c["onnx_eagerrt"] = run_imported
 
 
 #: Idle time before each timed sample. PyTorch's OpenMP threads and OpenBLAS's threads
@@ -246,8 +241,8 @@ async def _measure(
     samples_json = result.setdefault("samples_ms", {})
     # Equal outputs first: a fast wrong model is no result.
     check = inputs(2)
-    want = await c.runs["torch"](check)
-    for name, run in c.runs.items():
+    want = await c["torch"](check)
+    for name, run in c.items():
         got = await run(check)
         err = float(np.max(np.abs(got - want)))
         fig[f"{label}_{name}_max_abs_error"] = err
@@ -257,22 +252,22 @@ async def _measure(
         x = inputs(batch)
         reps = 5 if batch == 1 else 1
         samples = await interleave_async(
-            {n: _timed(run, x, reps, settle) for n, run in c.runs.items()}, rounds, warm_up=True
+            {n: _timed(run, x, reps, settle) for n, run in c.items()}, rounds, warm_up=True
         )
         samples_json[f"{label}_b{batch}"] = samples.to_json()
         _report(result, f"{label}, batch {batch} latency", f"{label}_b{batch}", samples, "ms")
-        for name in c.runs:
+        for name in c:
             fig[f"{label}_b{batch}_{name}_samples_per_s"] = batch / samples.best(name) * 1e3
     one = inputs(1)
     samples = await interleave_async(
-        {n: _timed_concurrent(n, run, one, concurrent, settle) for n, run in c.runs.items()},
+        {n: _timed_concurrent(n, run, one, concurrent, settle) for n, run in c.items()},
         rounds,
         warm_up=True,
     )
     samples_json[f"{label}_concurrent"] = samples.to_json()
     key = f"{label}_concurrent{concurrent}"
     _report(result, f"{label}, {concurrent} batch-1 requests in flight", key, samples, "ms")
-    for name in c.runs:
+    for name in c:
         fig[f"{key}_{name}_samples_per_s"] = concurrent / samples.best(name) * 1e3
 
 
