@@ -150,7 +150,6 @@ class Tensor(AsyncValue):
         # the two (on another thread) would otherwise leave its hold behind,
         # never completed, and the tensor ready without that write.
         with _transition_lock:
-            self._forget_host()
             holds: collections.deque[AsyncValue] | None = getattr(self, "_holds", None)
             if holds and state == READY and self._state == PENDING:
                 hold = holds.popleft()
@@ -162,6 +161,9 @@ class Tensor(AsyncValue):
                 failed = list(holds) if holds else ()
                 if holds:
                     holds.clear()
+            # After the new version is in: a reader caching the old one on
+            # another thread checks the version after caching (_host_value).
+            self._forget_host()
         if hold is not None:
             hold._complete(READY, value)
             return
@@ -261,19 +263,27 @@ class Tensor(AsyncValue):
             return self._host  # read before: no flags to check, nothing to copy
         except AttributeError:
             pass
-        if self._state == ERROR:
-            raise self._value.to_exception(self._op)
-        value = self._value
-        if self._state == TRACED:
-            raise value.read_error()
-        if type(value) is not np.ndarray:
-            value = np.asarray(self.device.to_numpy(value))
-        # Handed-out arrays are read-only: they may share memory with other
-        # tensors (views) that pending ops still read.
-        if value.flags.writeable:
-            value.flags.writeable = False
-        self._host = value
-        return value
+        # No lock: a write completing on another thread may swap the version
+        # while we convert it. Writers replace the value (or state) first and
+        # forget the cache second; so we cache first and check second, and a
+        # cache of a replaced version never outlives the check or the forget.
+        while True:
+            state, source = self._state, self._value
+            if type(source) is Failure:  # the value is set before the state
+                raise source.to_exception(self._op)
+            if state == TRACED:
+                raise source.read_error()
+            value = source
+            if type(value) is not np.ndarray:
+                value = np.asarray(self.device.to_numpy(value))
+            # Handed-out arrays are read-only: they may share memory with other
+            # tensors (views) that pending ops still read.
+            if value.flags.writeable:
+                value.flags.writeable = False
+            self._host = value
+            if self._value is source and self._state == state:
+                return value
+            self._forget_host()  # replaced meanwhile: read the version now current
 
     def numpy(self, timeout: float | None = None) -> np.ndarray:
         """Block until ready and return the data as a read-only numpy array.

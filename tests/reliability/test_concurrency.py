@@ -246,6 +246,62 @@ def test_a_write_at_any_step_of_a_parked_read_on_another_thread(
     assert step > 10  # the read's issue has that many steps at least
 
 
+def write_during_host_read(step: int) -> tuple[ert.Tensor, list[float], bool]:
+    """``t.numpy()`` of a ready ``t`` on a thread of its own, paused at the
+    read's ``step``-th line while this thread writes ``t[0] = 10``. Returns
+    ``t``, what the read saw, and whether it wrote (not past the read's end)."""
+    t = ert.asarray(np.array([0.0, 1.0, 2.0]))
+    paused, resume = threading.Event(), threading.Event()
+    seen: list[list[float]] = []
+    events = 0
+
+    def pause_at_line(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal events
+        # Line by line: the read has few calls, and the window is between two.
+        if event == "line" and not paused.is_set():
+            events += 1
+            if events > step and not _transition_lock.locked():
+                paused.set()
+                resume.wait(10)
+        return pause_at_line
+
+    def reader() -> None:
+        sys.settrace(pause_at_line)
+        try:
+            seen.append(t.numpy().tolist())
+        finally:
+            sys.settrace(None)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    while not paused.wait(0.001) and thread.is_alive():
+        pass
+    wrote = paused.is_set()
+    if wrote:
+        t[0] = 10.0
+    resume.set()
+    thread.join(10)
+    assert not thread.is_alive(), "the reading thread hung"
+    return t, seen[0], wrote
+
+
+def test_a_write_at_any_step_of_a_host_read_on_another_thread() -> None:
+    """``t.numpy()`` on one thread, and a write to ``t`` on another at each
+    line of that read in turn: the read returns the old version or the new one,
+    and every later read returns the new one. (The read cached its host array
+    after the write had forgotten the cache: every later read, the final one
+    of the writers' test included, missed the write.)"""
+    step = 0
+    while True:
+        t, seen, wrote = write_during_host_read(step)
+        assert seen in ([0.0, 1.0, 2.0], [10.0, 1.0, 2.0]), seen
+        if not wrote:  # past the read's last line: every line was tried
+            break
+        assert t.numpy().tolist() == [10.0, 1.0, 2.0], f"the write at line {step} was lost"
+        step += 1
+    assert step > 3
+
+
 def test_ops_on_shared_weights_from_threads_and_loops_at_once() -> None:
     """Readers only: eager and compiled models on shared weights, offloaded and
     parked work, from every kind of thread at once; every result right."""
