@@ -22,7 +22,11 @@ synchronous calls serve them).
 Target (issue 8): eagerrt compiled <= 1.0x PyTorch on both models.
 
 Each timed sample starts after a short idle pause (``SETTLE_S``), so that the threads
-another runtime left spinning have gone to sleep and every contender gets both cores.
+another runtime left spinning have gone to sleep and every contender gets both cores,
+then makes a few untimed calls (``WARM_CALLS``) and times the next ones: latency in
+each runtime's steady state. The first call after the pause is reported on its own
+row ("first call after idle"): every runtime is slower then, eagerrt more than most,
+as its helper and worker threads wake on cores a virtual machine let go idle.
 
 Run: ``python benchmarks/models.py [--quick]`` (needs the ``models`` extra).
 """
@@ -197,9 +201,17 @@ def _add_onnx(c: Contenders, ort: Any, path: Any, feeds: Callable[[Any], dict[st
 SETTLE_S = 0.3
 
 
-def _timed(run: Callable[[Any], Any], batch: Any, reps: int, settle: float) -> Callable[[], Any]:
+#: Untimed calls after the pause, before a batch-1 sample's timed ones.
+WARM_CALLS = 2
+
+
+def _timed(
+    run: Callable[[Any], Any], batch: Any, reps: int, settle: float, warm: int
+) -> Callable[[], Any]:
     async def candidate() -> float:
         await asyncio.sleep(settle)
+        for _ in range(warm):
+            await run(batch)
         start = now_ns()
         for _ in range(reps):
             await run(batch)
@@ -216,6 +228,8 @@ def _timed_concurrent(
 
     async def candidate() -> float:
         await asyncio.sleep(settle)
+        for _ in range(WARM_CALLS):
+            await run(batch)
         start = now_ns()
         if name in ("torch", "onnxruntime"):
             for _ in range(requests):
@@ -250,15 +264,21 @@ async def _measure(
             raise AssertionError(f"{label}: {name} differs from PyTorch by {err}")
     for batch in batches:
         x = inputs(batch)
-        reps = 5 if batch == 1 else 1
+        reps, warm = (5, WARM_CALLS) if batch == 1 else (1, 0)  # batch 32: a call is long
         samples = await interleave_async(
-            {n: _timed(run, x, reps, settle) for n, run in c.items()}, rounds, warm_up=True
+            {n: _timed(run, x, reps, settle, warm) for n, run in c.items()}, rounds, warm_up=True
         )
         samples_json[f"{label}_b{batch}"] = samples.to_json()
         _report(result, f"{label}, batch {batch} latency", f"{label}_b{batch}", samples, "ms")
         for name in c:
             fig[f"{label}_b{batch}_{name}_samples_per_s"] = batch / samples.best(name) * 1e3
     one = inputs(1)
+    samples = await interleave_async(
+        {n: _timed(run, one, 1, settle, 0) for n, run in c.items()}, rounds, warm_up=True
+    )
+    samples_json[f"{label}_first"] = samples.to_json()
+    title = f"{label}, batch 1, first call after idle"
+    _report(result, title, f"{label}_first", samples, "ms", target=False)
     samples = await interleave_async(
         {n: _timed_concurrent(n, run, one, concurrent, settle) for n, run in c.items()},
         rounds,
@@ -271,7 +291,9 @@ async def _measure(
         fig[f"{key}_{name}_samples_per_s"] = concurrent / samples.best(name) * 1e3
 
 
-def _report(result: dict[str, Any], title: str, key: str, samples: Samples, unit: str) -> None:
+def _report(
+    result: dict[str, Any], title: str, key: str, samples: Samples, unit: str, target: bool = True
+) -> None:
     fig = result["figures"]
     for name in samples.names:
         ratio = samples.ratio(name, "torch")
@@ -286,6 +308,8 @@ def _report(result: dict[str, Any], title: str, key: str, samples: Samples, unit
             "vs PyTorch",
             samples.paired_ratio(name, "torch"),
         )
+    if not target:  # a figure to read beside the targets, not one of them
+        return
     add_target(
         result,
         f"{key}_compiled_vs_torch",

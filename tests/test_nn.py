@@ -623,6 +623,50 @@ def test_linear(xshape: tuple[int, ...]) -> None:
     close(ert.linear(x, w, b), x @ w.T + b, np.float64)
 
 
+@pytest.mark.parametrize(
+    "rows, split",
+    [
+        (600, 0),  # rows shared by two threads, in units of _LINEAR_ROWS
+        (40, 0),  # too few rows: the columns shared instead
+        (100, 10**18),  # not worth sharing: one product, BLAS held to this thread
+        (3, 10**18),  # tiny: BLAS runs it on this thread anyway
+    ],
+)
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_into_strategies(
+    rows: int, split: float, bias: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every way linear_into cuts a product gives x @ w.T + b, with the epilogue
+    # seeing every row once, after its product (graph mode's fused linear+gelu).
+    monkeypatch.setattr(nn_ops, "_LINEAR_SPLIT_FLOPS", split)
+    x, w = rand(2, rows, 48), rand(130, 48)
+    b = rand(130) if bias else None
+    out = np.empty((2, rows, 130), np.float32)
+    seen = np.zeros(2 * rows, int)
+    flat = out.reshape(-1, 130)
+
+    def epilogue(start: int, stop: int) -> None:
+        seen[start:stop] += 1
+        np.maximum(flat[start:stop], 0, out=flat[start:stop])
+
+    nn_ops.linear_into(x, w, b, out, epilogue)
+    want = x @ w.T + (0 if b is None else b)
+    close(out, np.maximum(want, 0), scale=5)
+    assert (seen == 1).all()
+
+
+def test_conv2d_1x1_split_by_channels(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 1x1 stride-1 convolution is a product of the input as it is: big ones
+    # share their output channels between two threads.
+    monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 1)
+    x, w, b = rand(3, 12, 7, 5), rand(9, 4, 1, 1), rand(9)
+    for threads in (1, 2):
+        with ert.config.override(num_threads=threads):
+            got = ert.conv2d(x, w, b, groups=3).numpy()
+        close(got, ref_conv2d(x, w, b, (1, 1), (0, 0, 0, 0), (1, 1), 3), scale=5)
+
+
 def test_embedding() -> None:
     table = rand(10, 3)
     idx = np.array([[0, 9, 3], [3, 3, 1]], dtype=np.int32)

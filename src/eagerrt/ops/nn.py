@@ -176,6 +176,13 @@ def _one_blas_thread(work: Any, *args: Any) -> Any:
     """``work(*args, single)`` with BLAS on one thread where that can be set
     (``single`` says whether it was).
 
+    eagerrt's kernels never use BLAS's own thread pool: every product runs with
+    BLAS on one thread, here or split with the helper thread (:func:`_shared_by_two`).
+    OpenBLAS's pool threads spin for a while after each product, so a model that
+    mixed pool products with helper-thread splits ran three busy threads on two
+    cores (measured ResNet-18 at batch 1: 19 vs 14 ms; a step's own kernels up
+    to 10 times slower while a pool thread spun beside them).
+
     numpy's bundled OpenBLAS applies the "thread-local" count to the whole process
     (measured: a count set on one thread holds on the others), so two threads
     that each saved and restored the count could interleave and leave it at 1
@@ -399,8 +406,11 @@ def _conv2d_run(
     if plain:  # 1x1, stride 1, no padding: the input already is the im2col matrix
         xs = x4.reshape(g.n, g.groups, cg, g.h * g.w)
         outs = out.reshape(g.n, g.groups, og, g.h * g.w)
-        for gi in range(g.groups):
-            np.matmul(wmat[gi], xs[:, gi], out=outs[:, gi])
+        flops = 2.0 * g.o * taps * g.n * g.h * g.w
+        if flops >= _SPLIT_FLOPS and config.num_threads >= 2 and _blas_local() is not None:
+            _rows_by_two(_plain_channels, og, wmat, xs, outs)
+        else:  # BLAS on this thread only: see _one_blas_thread
+            _one_blas_thread(_plain_channels, wmat, xs, outs, 0, og)
     elif u is not None or _winograd_fits(g):
         _conv2d_winograd(x4, weight, bias, g, out, u)
         return out if x.ndim == 4 else out[0]
@@ -410,6 +420,14 @@ def _conv2d_run(
     if bias is not None:
         out += bias.reshape(-1, 1, 1)
     return out if x.ndim == 4 else out[0]
+
+
+def _plain_channels(
+    wmat: np.ndarray, xs: np.ndarray, outs: np.ndarray, o0: int, o1: int, single: bool
+) -> None:
+    """Output channels [o0, o1) of each group of a 1x1 stride-1 convolution."""
+    for gi in range(wmat.shape[0]):
+        np.matmul(wmat[gi, o0:o1], xs[:, gi], out=outs[:, gi, o0:o1])
 
 
 #: im2col block size: about an L2 cache, for single-threaded products.
@@ -500,8 +518,8 @@ def _conv2d_winograd(
         for k in range(n1 - n0):
             winograd_input(x[n0 + k], v, k * cols, r0, r1, tw, span, g.ph, g.pw)
         _rows_by_two(_winograd_channels, g.o, u[0], v, b, out, blocks[0])
-    else:
-        _winograd_blocks(*args, range(len(blocks)), False)
+    else:  # BLAS on this thread only: see _one_blas_thread
+        _one_blas_thread(_winograd_blocks, *args, range(len(blocks)))
 
 
 def _winograd_span(tw: int) -> int:
@@ -662,7 +680,7 @@ def _conv2d_gathered(
         if n1 - n0 > 1:
             _scatter(res, out, g, n0, n1, 0, g.ho)
         return
-    _gathered_blocks(x, wmat, bias, g, out, blocks, range(len(blocks)), False)
+    _one_blas_thread(_gathered_blocks, x, wmat, bias, g, out, blocks, range(len(blocks)))
 
 
 def _gather(x: np.ndarray, g: _Conv, n0: int, n1: int, r0: int, r1: int) -> np.ndarray:
@@ -1459,6 +1477,10 @@ _LINEAR_ROWS = 256
 #: its rows over two threads.
 _LINEAR_SPLIT_FLOPS = 2e7
 
+#: A product too short to share by rows is shared by columns when it has at
+#: least twice this many.
+_LINEAR_MIN_COLUMNS = 64
+
 #: ``epilogue(start, stop)``: elementwise work on rows [start, stop) of the
 #: result, run right after they are computed (while they are in cache).
 Epilogue = Callable[[int, int], None]
@@ -1474,24 +1496,56 @@ def linear_into(
     """``out[...] = x @ weight.T + bias`` (then ``epilogue`` over the rows) as one
     matrix product over all leading dimensions. Large products share their rows,
     in units of _LINEAR_ROWS, between a helper thread and this one (BLAS on one
-    thread each, the epilogue on each unit as it is done); smaller ones are one
-    BLAS call (BLAS's own threads) and then the epilogue."""
+    thread each, the epilogue on each unit as it is done), or their columns when
+    the rows are too few; smaller ones are one BLAS call on this thread, then
+    the epilogue."""
     n, k = weight.shape
     m = math.prod(out.shape[:-1])
     target = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
     x2 = x.reshape(m, k)  # a copy only for a non-contiguous x
     out2 = _view(target, (m, n))
     units = -(-m // _LINEAR_ROWS)
-    if units >= 2 and 2.0 * m * n * k >= _LINEAR_SPLIT_FLOPS and config.num_threads >= 2:
+    split = 2.0 * m * n * k >= _LINEAR_SPLIT_FLOPS and config.num_threads >= 2
+    if split and units >= 2:
         _shared_by_two(_linear_rows, units, x2, weight.T, bias, out2, epilogue)
-    else:
-        np.matmul(x2, weight.T, out=out2)  # BLAS reads the transposed weight in place
-        if bias is not None:
-            out2 += bias
-        if epilogue is not None:
-            epilogue(0, m)
+        return _copy_back(target, out)
+    if split and n >= 2 * _LINEAR_MIN_COLUMNS:
+        # Too few rows to share (batch 1 of a transformer): the columns are
+        # shared instead, each thread packing half the weight, and the
+        # epilogue runs once both halves are in.
+        half = -(-n // 2)
+        _shared_by_two(_linear_columns, 2, x2, weight.T, bias, out2, half)
+    elif m * n * k <= _BLAS_ONE_THREAD:  # BLAS runs it on this thread anyway
+        _linear_columns(x2, weight.T, bias, out2, n, range(1), False)
+    else:  # BLAS on this thread only: see _one_blas_thread
+        _one_blas_thread(_linear_columns, x2, weight.T, bias, out2, n, range(1))
+    if epilogue is not None:
+        epilogue(0, m)
+    _copy_back(target, out)
+
+
+def _copy_back(target: np.ndarray, out: np.ndarray) -> None:
     if target is not out:
         out[...] = target
+
+
+def _linear_columns(
+    x2: np.ndarray,
+    wt: np.ndarray,
+    bias: np.ndarray | None,
+    out2: np.ndarray,
+    width: int,
+    units: Iterable[int],
+    single: bool,
+) -> None:
+    """Column blocks of ``width`` of :func:`linear_into`'s product, bias added
+    (``single``, whether BLAS was held to one thread, is not needed)."""
+    n = out2.shape[1]
+    for unit in units:
+        cols = slice(unit * width, min(n, (unit + 1) * width))
+        np.matmul(x2, wt[:, cols], out=out2[:, cols])
+        if bias is not None:
+            out2[:, cols] += bias[cols]
 
 
 def _linear_rows(
