@@ -627,9 +627,8 @@ def test_linear(xshape: tuple[int, ...]) -> None:
     "rows, split",
     [
         (600, 0),  # rows shared by two threads, in units of _LINEAR_ROWS
-        (40, 0),  # too few rows: the columns shared instead
-        (100, 10**18),  # not worth sharing: one product, BLAS held to this thread
-        (3, 10**18),  # tiny: BLAS runs it on this thread anyway
+        (40, 0),  # too few rows to share: one product
+        (600, 10**18),  # not worth sharing: one product
     ],
 )
 @pytest.mark.parametrize("bias", [False, True])

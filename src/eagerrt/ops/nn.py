@@ -176,12 +176,14 @@ def _one_blas_thread(work: Any, *args: Any) -> Any:
     """``work(*args, single)`` with BLAS on one thread where that can be set
     (``single`` says whether it was).
 
-    eagerrt's kernels never use BLAS's own thread pool: every product runs with
-    BLAS on one thread, here or split with the helper thread (:func:`_shared_by_two`).
-    OpenBLAS's pool threads spin for a while after each product, so a model that
-    mixed pool products with helper-thread splits ran three busy threads on two
-    cores (measured ResNet-18 at batch 1: 19 vs 14 ms; a step's own kernels up
-    to 10 times slower while a pool thread spun beside them).
+    conv2d never uses BLAS's own thread pool: every product runs with BLAS on
+    one thread, here or split with the helper thread (:func:`_shared_by_two`).
+    OpenBLAS's pool threads spin for a while after each product, so a network
+    that mixed pool products (its small convolutions) with helper-thread splits
+    (its big ones) ran three busy threads on two cores (measured ResNet-18 at
+    batch 1: 19 vs 13 ms; a step's own kernels up to 10 times slower while a
+    pool thread spun beside them). A single product BLAS threads well is left
+    to the pool where that measured faster (``linear_into``).
 
     numpy's bundled OpenBLAS applies the "thread-local" count to the whole process
     (measured: a count set on one thread holds on the others), so two threads
@@ -1477,10 +1479,6 @@ _LINEAR_ROWS = 256
 #: its rows over two threads.
 _LINEAR_SPLIT_FLOPS = 2e7
 
-#: A product too short to share by rows is shared by columns when it has at
-#: least twice this many.
-_LINEAR_MIN_COLUMNS = 64
-
 #: ``epilogue(start, stop)``: elementwise work on rows [start, stop) of the
 #: result, run right after they are computed (while they are in cache).
 Epilogue = Callable[[int, int], None]
@@ -1496,56 +1494,26 @@ def linear_into(
     """``out[...] = x @ weight.T + bias`` (then ``epilogue`` over the rows) as one
     matrix product over all leading dimensions. Large products share their rows,
     in units of _LINEAR_ROWS, between a helper thread and this one (BLAS on one
-    thread each, the epilogue on each unit as it is done), or their columns when
-    the rows are too few; smaller ones are one BLAS call on this thread, then
-    the epilogue."""
+    thread each, the epilogue on each unit as it is done); smaller ones are one
+    BLAS call (BLAS's own threads) and then the epilogue."""
     n, k = weight.shape
     m = math.prod(out.shape[:-1])
     target = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
     x2 = x.reshape(m, k)  # a copy only for a non-contiguous x
     out2 = _view(target, (m, n))
     units = -(-m // _LINEAR_ROWS)
-    split = 2.0 * m * n * k >= _LINEAR_SPLIT_FLOPS and config.num_threads >= 2
-    if split and units >= 2:
+    if units >= 2 and 2.0 * m * n * k >= _LINEAR_SPLIT_FLOPS and config.num_threads >= 2:
         _shared_by_two(_linear_rows, units, x2, weight.T, bias, out2, epilogue)
-        return _copy_back(target, out)
-    if split and n >= 2 * _LINEAR_MIN_COLUMNS:
-        # Too few rows to share (batch 1 of a transformer): the columns are
-        # shared instead, each thread packing half the weight, and the
-        # epilogue runs once both halves are in.
-        half = -(-n // 2)
-        _shared_by_two(_linear_columns, 2, x2, weight.T, bias, out2, half)
-    elif m * n * k <= _BLAS_ONE_THREAD:  # BLAS runs it on this thread anyway
-        _linear_columns(x2, weight.T, bias, out2, n, range(1), False)
-    else:  # BLAS on this thread only: see _one_blas_thread
-        _one_blas_thread(_linear_columns, x2, weight.T, bias, out2, n, range(1))
-    if epilogue is not None:
-        epilogue(0, m)
-    _copy_back(target, out)
-
-
-def _copy_back(target: np.ndarray, out: np.ndarray) -> None:
+    else:
+        # One product on BLAS's own threads: for a transformer at batch 1 (128 rows)
+        # they beat sharing the columns with the helper thread (MiniLM: 26 vs 31 ms).
+        np.matmul(x2, weight.T, out=out2)  # BLAS reads the transposed weight in place
+        if bias is not None:
+            out2 += bias
+        if epilogue is not None:
+            epilogue(0, m)
     if target is not out:
         out[...] = target
-
-
-def _linear_columns(
-    x2: np.ndarray,
-    wt: np.ndarray,
-    bias: np.ndarray | None,
-    out2: np.ndarray,
-    width: int,
-    units: Iterable[int],
-    single: bool,
-) -> None:
-    """Column blocks of ``width`` of :func:`linear_into`'s product, bias added
-    (``single``, whether BLAS was held to one thread, is not needed)."""
-    n = out2.shape[1]
-    for unit in units:
-        cols = slice(unit * width, min(n, (unit + 1) * width))
-        np.matmul(x2, wt[:, cols], out=out2[:, cols])
-        if bias is not None:
-            out2[:, cols] += bias[cols]
 
 
 def _linear_rows(
