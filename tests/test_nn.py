@@ -1260,3 +1260,56 @@ def test_a_split_does_not_wait_for_a_helper_busy_with_another_callers_split() ->
     finally:
         release.set()
         caller.join(10)
+
+
+def test_busy_besides_caller_counts_the_other_tasks_not_the_callers_own() -> None:
+    import threading
+
+    from eagerrt.lowlevel import WorkerPool
+
+    pool = WorkerPool(2, "busy-test")
+    release = threading.Event()
+    try:
+        assert pool.busy_besides_caller() == 0
+        started, looked = threading.Event(), threading.Event()
+        seen: list[int] = []
+
+        def hold() -> None:
+            started.set()
+            release.wait(10)
+
+        def look() -> None:
+            seen.append(pool.busy_besides_caller())  # on a worker: the hold, not itself
+            looked.set()
+
+        pool.submit(hold)
+        assert started.wait(5)
+        assert pool.busy_besides_caller() == 1  # from outside the pool: the hold
+        pool.submit(look)
+        assert looked.wait(5)
+        assert seen == [1]
+    finally:
+        release.set()
+        pool.shutdown()
+
+
+def test_a_kernel_does_its_whole_split_itself_while_other_tasks_have_the_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Other requests' models on the other workers: a kernel's split would only take
+    their cores, so every unit runs on the calling thread, BLAS held to it."""
+    import threading
+
+    monkeypatch.setattr(nn_ops, "_cores_taken", lambda: True)
+    threads: set[int] = set()
+    done: list[int] = []
+
+    def work(units: Any, single: bool) -> None:
+        for unit in units:
+            threads.add(threading.get_ident())
+            done.append(unit)
+
+    nn_ops._shared_by_two(work, 6)
+    assert done == list(range(6)) and threads == {threading.get_ident()}
+    x, w = rand(2, 50, 64), rand(96, 64)
+    close(ert.linear(x, w).numpy(), x @ w.T, scale=5)  # the one-product path, held too

@@ -101,6 +101,7 @@ class WorkerPool:
     def _work(self) -> None:
         # A blocking wait on this pool's worker runs queued work meanwhile.
         _trampoline.help = self._run_one
+        _thread.pool = self
         while self._run_one(None):
             pass
 
@@ -127,6 +128,15 @@ class WorkerPool:
         """Tasks submitted but not finished (queued or running)."""
         # Two reads, not one atomic snapshot: clamp the brief negative window.
         return max(0, _count_value(self._submitted) - _count_value(self._finished))
+
+    def busy_besides_caller(self) -> int:
+        """Tasks queued or running other than the calling worker's own: work that
+        wants the other cores (a kernel splitting itself over threads) would
+        only take them from these."""
+        depth = self.queue_depth()
+        if getattr(_thread, "pool", None) is self:
+            depth -= 1
+        return max(0, depth)
 
     def ran_by_caller(self) -> int:
         """Tasks that found the queue full and ran on the submitting thread."""

@@ -49,6 +49,11 @@ class CPUDevice(Device):
                     register_executor(pool)
         return pool
 
+    def busy_besides_caller(self) -> int:
+        """CPU tasks queued or running besides the caller's own (0 before any)."""
+        pool = self._pool
+        return 0 if pool is None else pool.busy_besides_caller()
+
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
         return array
 

@@ -243,11 +243,25 @@ class _Units:
             yield i
 
 
+def _cores_taken() -> bool:
+    """Whether other CPU tasks are queued or running (say, other requests' models on
+    the other workers): then a kernel does all its work on its own thread, BLAS
+    held to it, rather than split it with the helper thread or BLAS's pool over
+    cores those tasks would be using."""
+    from ..devices.cpu import cpu
+
+    return cpu.busy_besides_caller() > 0
+
+
 def _shared_by_two(work: Any, n: int, *args: Any) -> None:
     """``work(*args, units, single)`` on a helper thread and here, each with
     BLAS on its own thread, ``units`` handing out [0, n) to whichever thread
     is free: on a busy machine a thread that loses its core takes fewer
-    units instead of holding up the other (as fixed halves do)."""
+    units instead of holding up the other (as fixed halves do). All here, when
+    other tasks have the other cores (:func:`_cores_taken`)."""
+    if _cores_taken():
+        _one_blas_thread(work, *args, range(n))
+        return
     units = _Units(n)
     other = _helper_pool().submit(_one_blas_thread, work, *args, units)
     try:
@@ -1507,7 +1521,10 @@ def linear_into(
     else:
         # One product on BLAS's own threads: for a transformer at batch 1 (128 rows)
         # they beat sharing the columns with the helper thread (MiniLM: 26 vs 31 ms).
-        np.matmul(x2, weight.T, out=out2)  # BLAS reads the transposed weight in place
+        if m * n * k > _BLAS_ONE_THREAD and _cores_taken():
+            _one_blas_thread(lambda single: np.matmul(x2, weight.T, out=out2))
+        else:
+            np.matmul(x2, weight.T, out=out2)  # BLAS reads the transposed weight in place
         if bias is not None:
             out2 += bias
         if epilogue is not None:
