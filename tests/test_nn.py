@@ -1313,3 +1313,18 @@ def test_a_kernel_does_its_whole_split_itself_while_other_tasks_have_the_cores(
     assert done == list(range(6)) and threads == {threading.get_ident()}
     x, w = rand(2, 50, 64), rand(96, 64)
     close(ert.linear(x, w).numpy(), x @ w.T, scale=5)  # the one-product path, held too
+
+
+def test_layer_and_group_norm_split_by_rows_over_two_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(nn_ops, "_NORMALIZE_SPLIT", 0)
+    monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 1)
+    x, w, b = rand(3, 7, 10), rand(10), rand(10)
+    mean = x.mean(-1, keepdims=True)
+    want = (x - mean) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
+    close(ert.layer_norm(x, (10,), w, b).numpy(), want, scale=5)
+    g = x.reshape(3, 7, 2, 5)  # group_norm, a group per channel: 7 channels of 2x5
+    got = ert.group_norm(g, 7).numpy()
+    gm = g.mean((2, 3), keepdims=True)
+    close(got, (g - gm) / np.sqrt(g.var((2, 3), keepdims=True) + 1e-5), scale=5)

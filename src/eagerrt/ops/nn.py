@@ -1346,9 +1346,33 @@ def _normalize(x: np.ndarray, cols: int, weight: Any, bias: Any, eps: float) -> 
     out = np.empty_like(rows)
     w = np.ones(cols, x.dtype) if weight is None else np.ascontiguousarray(weight).reshape(cols)
     b = np.zeros(cols, x.dtype) if bias is None else np.ascontiguousarray(bias).reshape(cols)
-    if rows.size:
+    if rows.size >= _NORMALIZE_SPLIT and config.num_threads >= 2:
+        # Rows are independent, and numba releases the GIL: blocks of them on two threads.
+        _rows_by_two(_normalize_block, rows.shape[0], rows, out, w, b, eps)
+    elif rows.size:
         normalize_rows(rows, out, w, b, eps)
     return out.reshape(x.shape)
+
+
+#: Values a normalization shares between two threads from (BERT-base's 128 tokens
+#: x 768 take 0.1 ms on one thread, where a hand-off to the helper costs about as
+#: much; 32 x 128 x 384 take 1.6 ms).
+_NORMALIZE_SPLIT = 1 << 19
+
+
+def _normalize_block(
+    rows: np.ndarray,
+    out: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray,
+    eps: float,
+    r0: int,
+    r1: int,
+    single: bool,
+) -> None:
+    from ._numba_nn import normalize_rows
+
+    normalize_rows(rows[r0:r1], out[r0:r1], w, b, eps)
 
 
 def _layer_norm_kernel(
