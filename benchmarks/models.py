@@ -201,7 +201,8 @@ def _add_onnx(c: Contenders, ort: Any, path: Any, feeds: Callable[[Any], dict[st
 SETTLE_S = 0.3
 
 
-#: Untimed calls after the pause, before a batch-1 sample's timed ones: after an idle
+#: Untimed calls after the pause, before a batch-1 sample's timed ones (one before a
+#: batch-32 sample's single timed call, itself 30 batch-1 calls long): after an idle
 #: pause eagerrt's calls take about five to reach their steady state here (measured:
 #: ResNet-18 at batch 1 18-20 ms, then 13-14 ms; PyTorch one call, 11-13 then 10 ms).
 WARM_CALLS = 5
@@ -266,7 +267,7 @@ async def _measure(
             raise AssertionError(f"{label}: {name} differs from PyTorch by {err}")
     for batch in batches:
         x = inputs(batch)
-        reps, warm = (5, WARM_CALLS) if batch == 1 else (1, 0)  # batch 32: a call is long
+        reps, warm = (5, WARM_CALLS) if batch == 1 else (1, 1)  # batch 32: a call is long
         samples = await interleave_async(
             {n: _timed(run, x, reps, settle, warm) for n, run in c.items()}, rounds, warm_up=True
         )
