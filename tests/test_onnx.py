@@ -464,6 +464,74 @@ CASES.update(
             [helper.make_node("Gemm", ["a", "b"], ["y"], alpha=2.0)],
             {"a": _f32(2, 3), "b": _f32(3, 4)},
         ),
+        "HardSigmoid": _unary("HardSigmoid", _f32(4, 5) * 4, alpha=0.3, beta=0.4),
+        "HardSwish": _unary("HardSwish", _f32(4, 5) * 4),
+        **{
+            f"CumSum{'-exclusive' * e}{'-reverse' * r}": Case(
+                [helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=e, reverse=r)],
+                {"x": _f32(3, 4, 5)},
+                {"axis": _i64(1)},
+            )
+            for e in (0, 1)
+            for r in (0, 1)
+        },
+        "CumSum-int-static": Case(  # known at trace time: numpy computes it
+            [
+                helper.make_node("CumSum", ["a", "axis"], ["c"], exclusive=1),
+                helper.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+                helper.make_node("Add", ["x", "cf"], ["y"]),
+            ],
+            {"x": _f32(4)},
+            {"a": _i64([3, 1, 4, 1]), "axis": _i64(-1)},
+        ),
+        **{
+            f"TopK-{'largest' if largest else 'smallest'}": Case(
+                [helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=1, largest=largest)],
+                {"x": _f32(3, 7, 2)},
+                {"k": _i64([3])},
+                outputs=["y", "i"],
+            )
+            for largest in (0, 1)
+        },
+        "TopK-ties-to-the-lower-index": Case(
+            [helper.make_node("TopK", ["x", "k"], ["y", "i"])],
+            {"x": _i64([[3, 1, 3, 2, 1, 3], [0, 0, 5, 0, 5, 1]])},
+            {"k": _i64([4])},
+            outputs=["y", "i"],
+        ),
+        "ConvTranspose": Case(
+            [
+                helper.make_node(
+                    "ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1]
+                )
+            ],
+            {"x": _f32(2, 4, 5, 5)},
+            {"w": _f32(4, 3, 3, 3), "b": _f32(3)},
+        ),
+        "ConvTranspose-groups-output-padding": Case(
+            [
+                helper.make_node(
+                    "ConvTranspose",
+                    ["x", "w"],
+                    ["y"],
+                    strides=[2, 3],
+                    group=2,
+                    output_padding=[1, 2],
+                    dilations=[1, 1],
+                )
+            ],
+            {"x": _f32(1, 4, 4, 3)},
+            {"w": _f32(4, 2, 3, 3)},
+        ),
+        "ConvTranspose-asymmetric-pads": Case(
+            [
+                helper.make_node(
+                    "ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 0, 0, 1]
+                )
+            ],
+            {"x": _f32(1, 2, 4, 4)},
+            {"w": _f32(2, 3, 3, 3)},
+        ),
     }
 )
 

@@ -231,6 +231,22 @@ def _prelu(xp: Any, node: Node, x: Any, slope: Any) -> Any:
     return xp.where(xp.less(x, 0), xp.multiply(x, slope), x)
 
 
+def _hard_sigmoid_of(xp: Any, x: Any, alpha: float, beta: float) -> Any:
+    """``max(0, min(1, alpha * x + beta))`` in ``x``'s dtype."""
+    y = xp.add(xp.multiply(x, alpha), beta)
+    return xp.minimum(xp.maximum(y, 0.0), 1.0)
+
+
+@_op("HardSigmoid", attrs=["alpha", "beta"])
+def _hard_sigmoid(xp: Any, node: Node, x: Any) -> Any:
+    return _hard_sigmoid_of(xp, x, float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5)))
+
+
+@_op("HardSwish")
+def _hard_swish(xp: Any, node: Node, x: Any) -> Any:
+    return xp.multiply(x, _hard_sigmoid_of(xp, x, 1.0 / 6.0, 0.5))
+
+
 @_op("Where", inputs=(3, 3))
 def _where(xp: Any, node: Node, condition: Any, a: Any, b: Any) -> Any:
     return xp.where(condition, a, b)
@@ -427,6 +443,45 @@ def _split(xp: Any, node: Node, x: Any, split: Any = None) -> Any:
         parts.append(x[index])
         start += s
     return tuple(parts)
+
+
+@_op("CumSum", attrs=["exclusive", "reverse"], inputs=(2, 2), static=[1])
+def _cumsum(xp: Any, node: Node, x: Any, axis: Any) -> Any:
+    axis = _axis(_ints(axis)[0], x.ndim, node)
+    if node.attr("reverse", 0):
+        x = xp.flip(x, axis=axis)
+    y: Any
+    if xp is np:
+        y = np.cumsum(x, axis=axis, dtype=x.dtype)
+    else:
+        y = ert.cumulative_sum(x, axis=axis, dtype=x.dtype)
+    if node.attr("exclusive", 0):  # each sum without its own element: shift by one
+        zero = (slice(None),) * axis + (slice(0, 1),)
+        head = xp.zeros_like(x[zero])
+        y = xp.concat([head, y[(slice(None),) * axis + (slice(0, -1),)]], axis=axis)
+    return xp.flip(y, axis=axis) if node.attr("reverse", 0) else y
+
+
+@_op(
+    "TopK",
+    attrs=["axis", "largest", "sorted"],
+    inputs=(2, 2),
+    outputs=2,
+    static=[1],
+    numpy=False,
+)
+def _top_k(xp: Any, node: Node, x: Any, k: Any) -> Any:
+    """The k largest (or smallest) along ``axis``, sorted, ties to the lower index;
+    ``sorted=0`` leaves the order to the runtime, and sorted is one."""
+    axis = _axis(node.attr("axis", -1), x.ndim, node)
+    count = _ints(k)[0]
+    if not 0 <= count <= x.shape[axis]:
+        raise ArgumentError(
+            f"{node.describe()}: k={count} is out of range for an axis of {x.shape[axis]}"
+        )
+    order = ert.argsort(x, axis=axis, descending=bool(node.attr("largest", 1)), stable=True)
+    indices = order[(slice(None),) * axis + (slice(0, count),)]
+    return ert.take_along_axis(x, indices, axis=axis), indices
 
 
 @_op("Slice", attrs=["starts", "ends", "axes"], inputs=(1, 5), static=[1, 2, 3, 4])
@@ -717,6 +772,50 @@ def _conv(xp: Any, node: Node, x: Any, w: Any, b: Any = None) -> Any:
         groups=int(node.attr("group", 1)),
     )  # fmt: skip
     return ert.reshape(y, (*y.shape[:2], y.shape[3])) if ndim == 3 else y
+
+
+def _conv_transpose_rank(node: Node) -> None:
+    kernel = node.attr("kernel_shape")
+    if kernel is not None and len(kernel) != 2:
+        raise _refuse(node, f"a {len(kernel)}-d window is not supported (2-d is)")
+    if node.attr("output_shape") is not None:
+        raise _refuse(node, "output_shape is not supported (give pads and output_padding)")
+
+
+@_op(
+    "ConvTranspose",
+    attrs=[*_CONV_ATTRS, "output_padding", "output_shape"],
+    inputs=(2, 3),
+    numpy=False,
+    check=_checks(_one_of("auto_pad", ["NOTSET"], "NOTSET"), _conv_transpose_rank),
+)
+def _conv_transpose(xp: Any, node: Node, x: Any, w: Any, b: Any = None) -> Any:
+    if x.ndim != 4:
+        raise UnsupportedError(
+            f"{node.describe()}: ConvTranspose of a rank-{x.ndim} input is not supported "
+            "(2-d: rank 4)"
+        )
+    strides = [int(s) for s in node.attr("strides", [1, 1])]
+    dilations = [int(d) for d in node.attr("dilations", [1, 1])]
+    begins, ends = _split_pads([int(p) for p in node.attr("pads", [0, 0, 0, 0])], 4)
+    given = [int(p) for p in node.attr("output_padding", [0, 0])]
+    groups = int(node.attr("group", 1))
+    # PyTorch's form crops both sides alike (padding), then adds output padding at the
+    # end (under the stride); ONNX's crops begins and ends apart. Where they differ by
+    # what output padding can make up, one op; otherwise crop the uncropped result.
+    extra = [e + (p0 - p1) for e, p0, p1 in zip(given, begins, ends, strict=True)]
+    if all(0 <= e < max(s, d) for e, s, d in zip(extra, strides, dilations, strict=True)):
+        return ert.conv_transpose2d(
+            x, w, b, stride=strides, padding=begins, output_padding=extra, groups=groups,
+            dilation=dilations,
+        )  # fmt: skip
+    tail = [max(0, e - p1) for e, p1 in zip(given, ends, strict=True)]
+    y = ert.conv_transpose2d(
+        x, w, b, stride=strides, output_padding=tail, groups=groups, dilation=dilations
+    )
+    full = [size - t for size, t in zip(y.shape[2:], tail, strict=True)]
+    sizes = [f + e - p0 - p1 for f, e, p0, p1 in zip(full, given, begins, ends, strict=True)]
+    return y[:, :, begins[0] : begins[0] + sizes[0], begins[1] : begins[1] + sizes[1]]
 
 
 def _pool_kernel(node: Node) -> list[int]:
