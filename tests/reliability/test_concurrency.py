@@ -183,31 +183,40 @@ def test_offloaded_writers_on_threads_and_loops_keep_program_order() -> None:
             writers_and_readers(scale(150, 1_500))
 
 
-def write_during_read(gate: Callable[[], Any], step: int) -> tuple[ert.Tensor, ert.Tensor, bool]:
-    """Read a pending ``t`` (``t + 1``) on a thread of its own, paused at the
-    read's ``step``-th Python-level call or return while this thread writes
-    ``t[0] = 10`` there. Returns ``t``, the read, and whether it wrote (not if
-    the read's issue had no such step); opens the gate last."""
-    g = gate()
-    t = g()  # [0, 1, 2], pending until the gate opens
+def write_while_paused(t: ert.Tensor, read: Callable[[], Any], step: int, lines: bool) -> Any:
+    """Run ``read()`` on a thread of its own, paused at its ``step``-th step
+    (Python-level calls and returns, or lines with ``lines``) while this thread
+    writes ``t[0] = 10`` there. Returns what the read returned and whether it
+    wrote (not if the read had no such step)."""
     paused, resume = threading.Event(), threading.Event()
-    read: list[ert.Tensor] = []
+    result: list[Any] = []
     events = 0
 
-    def pause_at_step(frame: Any, event: str, arg: Any) -> None:
+    def step_taken(is_step: bool) -> None:
         nonlocal events
-        # Python-level steps only, never inside a lock the write needs.
-        if event in ("call", "return") and not paused.is_set():
+        # Never inside a lock the write needs.
+        if is_step and not paused.is_set():
             events += 1
             if events > step and not _transition_lock.locked():
                 paused.set()
                 resume.wait(10)
 
+    def on_call(frame: Any, event: str, arg: Any) -> None:
+        step_taken(event in ("call", "return"))
+
+    def on_line(frame: Any, event: str, arg: Any) -> Any:
+        step_taken(event == "line")
+        return on_line
+
     def reader() -> None:
-        sys.setprofile(pause_at_step)
+        if lines:
+            sys.settrace(on_line)
+        else:
+            sys.setprofile(on_call)
         try:
-            read.append(t + 1)
+            result.append(read())
         finally:
+            sys.settrace(None)
             sys.setprofile(None)
 
     thread = threading.Thread(target=reader)
@@ -220,8 +229,19 @@ def write_during_read(gate: Callable[[], Any], step: int) -> tuple[ert.Tensor, e
     resume.set()
     thread.join(10)
     assert not thread.is_alive(), "the reading thread hung"
+    return result[0], wrote
+
+
+def write_during_read(gate: Callable[[], Any], step: int) -> tuple[ert.Tensor, ert.Tensor, bool]:
+    """Read a pending ``t`` (``t + 1``) on a thread of its own, paused at the
+    read's ``step``-th Python-level call or return while this thread writes
+    ``t[0] = 10`` there. Returns ``t``, the read, and whether it wrote (not if
+    the read's issue had no such step); opens the gate last."""
+    g = gate()
+    t = g()  # [0, 1, 2], pending until the gate opens
+    read, wrote = write_while_paused(t, lambda: t + 1, step, lines=False)
     g.open()
-    return t, read[0], wrote
+    return t, read, wrote
 
 
 def test_a_write_at_any_step_of_a_parked_read_on_another_thread(
@@ -249,40 +269,11 @@ def test_a_write_at_any_step_of_a_parked_read_on_another_thread(
 def write_during_host_read(step: int) -> tuple[ert.Tensor, list[float], bool]:
     """``t.numpy()`` of a ready ``t`` on a thread of its own, paused at the
     read's ``step``-th line while this thread writes ``t[0] = 10``. Returns
-    ``t``, what the read saw, and whether it wrote (not past the read's end)."""
+    ``t``, what the read saw, and whether it wrote (not past the read's end).
+    Line by line: the read has few calls, and the window is between two."""
     t = ert.asarray(np.array([0.0, 1.0, 2.0]))
-    paused, resume = threading.Event(), threading.Event()
-    seen: list[list[float]] = []
-    events = 0
-
-    def pause_at_line(frame: Any, event: str, arg: Any) -> Any:
-        nonlocal events
-        # Line by line: the read has few calls, and the window is between two.
-        if event == "line" and not paused.is_set():
-            events += 1
-            if events > step and not _transition_lock.locked():
-                paused.set()
-                resume.wait(10)
-        return pause_at_line
-
-    def reader() -> None:
-        sys.settrace(pause_at_line)
-        try:
-            seen.append(t.numpy().tolist())
-        finally:
-            sys.settrace(None)
-
-    thread = threading.Thread(target=reader)
-    thread.start()
-    while not paused.wait(0.001) and thread.is_alive():
-        pass
-    wrote = paused.is_set()
-    if wrote:
-        t[0] = 10.0
-    resume.set()
-    thread.join(10)
-    assert not thread.is_alive(), "the reading thread hung"
-    return t, seen[0], wrote
+    seen, wrote = write_while_paused(t, lambda: t.numpy().tolist(), step, lines=True)
+    return t, seen, wrote
 
 
 def test_a_write_at_any_step_of_a_host_read_on_another_thread() -> None:
