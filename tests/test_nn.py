@@ -764,6 +764,32 @@ def test_compiled_linear_epilogues_run_on_blocks_of_rows(monkeypatch: pytest.Mon
     np.testing.assert_array_equal(one, layer(x[:, :1], residual[:, :1]).numpy())
 
 
+def test_compiled_matmul_by_a_matrix_runs_as_one_product_in_blocks_of_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An ONNX MatMul (batch, tokens, k) @ (k, n) and the add and GELU after it: one
+    # product over every leading dimension, the epilogue on each block of rows, as
+    # linear does (numpy's matmul made a BLAS call per batch item).
+    seen = _counting_row_units(monkeypatch)
+    x, w, b = rand(3, 400, 64), rand(64, 160), rand(160)
+    ops = [ert.asarray(a) for a in (w, b)]
+
+    def layer(x: Any) -> Any:
+        return ert.gelu(ert.matmul(x, ops[0]) + ops[1])
+
+    compiled = ert.function(layer)
+    with ert.config.override(num_threads=2):
+        want = layer(x).numpy()
+        seen.clear()
+        got = compiled(ert.asarray(x)).numpy()
+        assert sorted(seen) == [0, 1, 2, 3, 4]
+        graph = compiled.compiled_for(ert.asarray(x)).graph
+        assert [n.name for n in graph.nodes] == ["fused[matmul,add,gelu]"]
+    close(got, want, scale=4)
+    small = rand(2, 3, 64)  # too small to share: numpy's matmul, then the fused loop
+    close(compiled(ert.asarray(small)).numpy(), layer(small).numpy(), scale=4)
+
+
 def test_linear_embedding_activations_match_torch() -> None:
     torch, F = torch_f()
     t = torch.from_numpy

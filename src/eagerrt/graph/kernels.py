@@ -10,6 +10,7 @@ dtype is the ufunc's own result type, so writing into ``out`` changes nothing).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from .ir import Node, Value
 
-__all__ = ["eager_kernel", "kernel_for", "out_kernel_for", "writes_elementwise"]
+__all__ = ["eager_kernel", "kernel_for", "matmul_by_rows", "out_kernel_for", "writes_elementwise"]
 
 OutKernel = Callable[..., Any]
 
@@ -57,10 +58,30 @@ def _same_dtype(node: Node) -> bool:
     return all(v.dtype == dtype for v in node.value_inputs())
 
 
+def matmul_by_rows(node: Node) -> bool:
+    """Whether a matmul node runs as ``linear_into``: a float (..., k) @ (k, n)
+    product big enough to share, as one product over all leading dimensions in
+    blocks of rows (numpy's matmul would make one BLAS call per leading index,
+    each on BLAS's own threads), with an epilogue run on each block."""
+    a, b = node.inputs
+    if type(a) is not Value or type(b) is not Value or not _same_dtype(node):
+        return False
+    if a.ndim < 2 or b.ndim != 2 or a.dtype.kind != "f" or node.out.shape[:-1] != a.shape[:-1]:
+        return False
+    from ..ops.nn import _LINEAR_SPLIT_FLOPS
+
+    return 2.0 * math.prod(node.out.shape) * a.shape[-1] >= _LINEAR_SPLIT_FLOPS
+
+
 def _matmul_out(node: Node) -> OutKernel | None:
     a, b = node.inputs
     if type(a) is not Value or type(b) is not Value or not _same_dtype(node):
         return None
+    if matmul_by_rows(node):
+        from ..ops.nn import linear_into
+
+        # linear's weight is (n, k): b's transpose, a view; its product reads b in place.
+        return lambda a, b, out, epilogue=None: linear_into(a, b.T, None, out, epilogue)
     if a.ndim == 2 and b.ndim == 2:
         return np.ndarray.dot  # dot(a, b, out): half matmul's call cost on small matrices
     if a.ndim >= 1 and b.ndim >= 1 and node.out.ndim >= 1:

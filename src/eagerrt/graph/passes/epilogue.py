@@ -22,7 +22,7 @@ from typing import Any
 from ..._core.config import config
 from ..cost_model import node_cost
 from ..ir import Graph, Node, Value
-from ..kernels import kernel_for, out_kernel_for
+from ..kernels import kernel_for, matmul_by_rows, out_kernel_for
 from .fusion import (
     build_program,
     compile_kernel,
@@ -72,11 +72,12 @@ def _product(v: Any, group: list[Node], users: dict[int, list[Node]], outputs: s
 
 
 def _row_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
-    """For a product that computes its result in blocks of rows (linear), whether
+    """For a product that computes its result in blocks of rows (linear, and a
+    matmul by a matrix big enough to share: see ``kernels.matmul_by_rows``), whether
     each other operand of the epilogue is read by rows (True: it has the result's
     shape) or whole (False: a bias-like operand, broadcast over all but the last
     dimension); None where the epilogue can't run on blocks of rows."""
-    if product.name != "linear":
+    if product.name != "linear" and not (product.name == "matmul" and matmul_by_rows(product)):
         return None
     out = product.out
     if out.ndim < 2 or out.shape[-2] < 2:
