@@ -1326,7 +1326,7 @@ def test_a_kernel_does_its_whole_split_itself_while_other_tasks_have_the_cores(
     their cores, so every unit runs on the calling thread, BLAS held to it."""
     import threading
 
-    monkeypatch.setattr(nn_ops, "_cores_taken", lambda: True)
+    monkeypatch.setattr(nn_ops, "_cores_taken", lambda others=1: True)
     threads: set[int] = set()
     done: list[int] = []
 
@@ -1339,6 +1339,9 @@ def test_a_kernel_does_its_whole_split_itself_while_other_tasks_have_the_cores(
     assert done == list(range(6)) and threads == {threading.get_ident()}
     x, w = rand(2, 50, 64), rand(96, 64)
     close(ert.linear(x, w).numpy(), x @ w.T, scale=5)  # the one-product path, held too
+    weight = ert.asarray(w.T.copy())
+    product = ert.function(lambda x: ert.matmul(x, weight))  # graph mode's matmul, held
+    close(product(ert.asarray(x)).numpy(), x @ w.T, scale=5)
 
 
 def test_layer_and_group_norm_split_by_rows_over_two_threads(

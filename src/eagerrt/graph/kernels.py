@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core.config import config
 from .ir import Node, Value
 
 __all__ = ["eager_kernel", "kernel_for", "matmul_by_rows", "out_kernel_for", "writes_elementwise"]
@@ -58,6 +59,10 @@ def _same_dtype(node: Node) -> bool:
     return all(v.dtype == dtype for v in node.value_inputs())
 
 
+#: OpenBLAS runs products up to this m*n*k on the calling thread (``nn._BLAS_ONE_THREAD``).
+_BLAS_ONE_THREAD = 1 << 19
+
+
 def matmul_by_rows(node: Node) -> bool:
     """Whether a matmul node runs as ``linear_into``: a float (..., k) @ (k, n)
     product with rows enough to share, as one product over all leading
@@ -85,6 +90,21 @@ def _matmul_out(node: Node) -> OutKernel | None:
 
         # linear's weight is (n, k): b's transpose, a view; its product reads b in place.
         return lambda a, b, out, epilogue=None: linear_into(a, b.T, None, out, epilogue)
+    if a.dtype.kind == "f" and math.prod(node.out.shape) * a.shape[-1] > _BLAS_ONE_THREAD:
+        from ..ops.nn import _cores_taken, _one_blas_thread
+
+        def held(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+            # On BLAS's own threads, or on this one alone while other CPU tasks
+            # have the other cores (other requests' models: see nn._cores_taken).
+            # One other is not enough: a plan's short side segment beside this one
+            # (measured MiniLM through ert.onnx at batch 1: 27-29 ms, 31-32 ms
+            # holding BLAS for it).
+            if _cores_taken(max(2, config.num_threads)):
+                _one_blas_thread(lambda single: np.matmul(a, b, out=out))
+            else:
+                np.matmul(a, b, out=out)
+
+        return held
     if a.ndim == 2 and b.ndim == 2:
         return np.ndarray.dot  # dot(a, b, out): half matmul's call cost on small matrices
     if a.ndim >= 1 and b.ndim >= 1 and node.out.ndim >= 1:

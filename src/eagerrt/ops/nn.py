@@ -243,14 +243,14 @@ class _Units:
             yield i
 
 
-def _cores_taken() -> bool:
-    """Whether other CPU tasks are queued or running (say, other requests' models on
-    the other workers): then a kernel does all its work on its own thread, BLAS
-    held to it, rather than split it with the helper thread or BLAS's pool over
-    cores those tasks would be using."""
+def _cores_taken(others: int = 1) -> bool:
+    """Whether at least ``others`` other CPU tasks are queued or running (other
+    requests' models on the other workers): then a kernel does all its work on its
+    own thread, BLAS held to it, rather than split it with the helper thread or
+    BLAS's pool over cores those tasks would be using."""
     from ..devices.cpu import cpu
 
-    return cpu.busy_besides_caller() > 0
+    return cpu.busy_besides_caller() >= others
 
 
 def _shared_by_two(work: Any, n: int, *args: Any) -> None:
