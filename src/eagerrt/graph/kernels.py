@@ -59,10 +59,6 @@ def _same_dtype(node: Node) -> bool:
     return all(v.dtype == dtype for v in node.value_inputs())
 
 
-#: OpenBLAS runs products up to this m*n*k on the calling thread (``nn._BLAS_ONE_THREAD``).
-_BLAS_ONE_THREAD = 1 << 19
-
-
 def matmul_by_rows(node: Node) -> bool:
     """Whether a matmul node runs as ``linear_into``: a float (..., k) @ (k, n)
     product with rows enough to share, as one product over all leading
@@ -90,8 +86,10 @@ def _matmul_out(node: Node) -> OutKernel | None:
 
         # linear's weight is (n, k): b's transpose, a view; its product reads b in place.
         return lambda a, b, out, epilogue=None: linear_into(a, b.T, None, out, epilogue)
-    if a.dtype.kind == "f" and math.prod(node.out.shape) * a.shape[-1] > _BLAS_ONE_THREAD:
-        from ..ops.nn import _cores_taken, _one_blas_thread
+    from ..ops.nn import _BLAS_ONE_THREAD, _cores_taken, _one_blas_thread
+
+    big = a.ndim >= 1 and b.ndim >= 1 and node.out.ndim >= 1 and a.dtype.kind == "f"
+    if big and math.prod(node.out.shape) * a.shape[-1] > _BLAS_ONE_THREAD:
 
         def held(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
             # On BLAS's own threads, or on this one alone while other CPU tasks
