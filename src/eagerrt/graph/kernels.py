@@ -86,23 +86,14 @@ def _matmul_out(node: Node) -> OutKernel | None:
 
         # linear's weight is (n, k): b's transpose, a view; its product reads b in place.
         return lambda a, b, out, epilogue=None: linear_into(a, b.T, None, out, epilogue)
-    from ..ops.nn import _BLAS_ONE_THREAD, _cores_taken, _one_blas_thread
+    from ..ops.nn import _BLAS_ONE_THREAD, _one_product
 
     big = a.ndim >= 1 and b.ndim >= 1 and node.out.ndim >= 1 and a.dtype.kind == "f"
     if big and math.prod(node.out.shape) * a.shape[-1] > _BLAS_ONE_THREAD:
-
-        def held(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-            # On BLAS's own threads, or on this one alone while other CPU tasks
-            # have the other cores (other requests' models: see nn._cores_taken).
-            # One other is not enough: a plan's short side segment beside this one
-            # (measured MiniLM through ert.onnx at batch 1: 27-29 ms, 31-32 ms
-            # holding BLAS for it).
-            if _cores_taken(max(2, config.num_threads)):
-                _one_blas_thread(lambda single: np.matmul(a, b, out=out))
-            else:
-                np.matmul(a, b, out=out)
-
-        return held
+        # Held to its thread only with two other tasks or more: one is often a
+        # plan's own short side segment beside this one (measured MiniLM through
+        # ert.onnx at batch 1: 27-29 ms, 31-32 ms holding BLAS for one).
+        return lambda a, b, out: _one_product(a, b, out, max(2, config.num_threads))
     if a.ndim == 2 and b.ndim == 2:
         return np.ndarray.dot  # dot(a, b, out): half matmul's call cost on small matrices
     if a.ndim >= 1 and b.ndim >= 1 and node.out.ndim >= 1:

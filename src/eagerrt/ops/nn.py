@@ -253,6 +253,23 @@ def _cores_taken(others: int = 1) -> bool:
     return cpu.busy_besides_caller() >= others
 
 
+def _two_blas_threads() -> bool:
+    """Whether a convolution may split its products over two threads, each with
+    BLAS held to it (numpy's BLAS must let that be set: see _blas_local)."""
+    return config.num_threads >= 2 and _blas_local() is not None
+
+
+def _one_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, others: int = 1) -> None:
+    """``out[...] = a @ b`` as one BLAS call: on BLAS's own threads, or held to
+    this one while ``others`` other CPU tasks or more have the other cores
+    (:func:`_cores_taken`). For products above _BLAS_ONE_THREAD, which BLAS
+    would otherwise thread."""
+    if _cores_taken(others):
+        _one_blas_thread(lambda single: np.matmul(a, b, out=out))
+    else:
+        np.matmul(a, b, out=out)
+
+
 def _shared_by_two(work: Any, n: int, *args: Any) -> None:
     """``work(*args, units, single)`` on a helper thread and here, each with
     BLAS on its own thread, ``units`` handing out [0, n) to whichever thread
@@ -423,7 +440,7 @@ def _conv2d_run(
         xs = x4.reshape(g.n, g.groups, cg, g.h * g.w)
         outs = out.reshape(g.n, g.groups, og, g.h * g.w)
         flops = 2.0 * g.o * taps * g.n * g.h * g.w
-        if flops >= _SPLIT_FLOPS and config.num_threads >= 2 and _blas_local() is not None:
+        if flops >= _SPLIT_FLOPS and _two_blas_threads():
             _rows_by_two(_plain_channels, og, wmat, xs, outs)
         else:  # BLAS on this thread only: see _one_blas_thread
             _one_blas_thread(_plain_channels, wmat, xs, outs, 0, og)
@@ -520,7 +537,7 @@ def _conv2d_winograd(
         u = _winograd_u(weight, g)
     b = np.zeros(g.o, x.dtype) if bias is None else bias
     args = (x, u, b, g, out, blocks)
-    two = config.num_threads >= 2 and _blas_local() is not None
+    two = _two_blas_threads()
     if len(blocks) >= 2 and two:
         _shared_by_two(_winograd_blocks, len(blocks), *args)
     elif two and g.groups == 1 and 32.0 * g.o * g.c * per_image >= _SPLIT_FLOPS:
@@ -680,8 +697,7 @@ def _conv2d_gathered(
             for n0 in range(g.n)
             for r0 in range(0, g.ho, rows)
         ]
-    two = config.num_threads >= 2 and _blas_local() is not None
-    two = two and 2.0 * g.o * taps * g.n * pixels >= _SPLIT_FLOPS
+    two = _two_blas_threads() and 2.0 * g.o * taps * g.n * pixels >= _SPLIT_FLOPS
     if len(blocks) >= 2 and two:
         _shared_by_two(_gathered_blocks, len(blocks), x, wmat, bias, g, out, blocks)
         return
@@ -1545,11 +1561,12 @@ def linear_into(
     else:
         # One product on BLAS's own threads: for a transformer at batch 1 (128 rows)
         # they beat sharing the columns with the helper thread (MiniLM: 26 vs 31 ms).
-        # On this thread alone while other tasks have the other cores.
-        if m * n * k > _BLAS_ONE_THREAD and _cores_taken():
-            _one_blas_thread(lambda single: np.matmul(x2, weight.T, out=out2))
+        # On this thread alone while other tasks have the other cores. BLAS reads
+        # the transposed weight in place.
+        if m * n * k > _BLAS_ONE_THREAD:
+            _one_product(x2, weight.T, out2)
         else:
-            np.matmul(x2, weight.T, out=out2)  # BLAS reads the transposed weight in place
+            np.matmul(x2, weight.T, out=out2)
         if bias is not None:
             out2 += bias
         if epilogue is not None:
