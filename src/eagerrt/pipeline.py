@@ -55,7 +55,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from ._core.bridge import wait_async
+from ._core.bridge import Available
 from ._core.errors import ArgumentError, PipelineError, UsageError
 from .tensor import Tensor
 
@@ -545,19 +545,6 @@ class _Run(Generic[R]):
         return pair
 
 
-class _Ready:
-    """Awaits a tensor's readiness without reading its data (no host copy)."""
-
-    __slots__ = ("tensor",)
-
-    def __init__(self, tensor: Tensor) -> None:
-        self.tensor = tensor
-
-    def __await__(self) -> Any:
-        if not self.tensor.is_ready():
-            yield from wait_async(self.tensor)
-
-
 async def resolve(result: Any) -> Any:
     """Await ``result`` if it is an awaitable other than a tensor (a coroutine, an
     ``ert.function`` call), then wait until the tensors in it (it, or the items of
@@ -565,7 +552,7 @@ async def resolve(result: Any) -> Any:
     if inspect.isawaitable(result) and not isinstance(result, Tensor):
         result = await result
     for tensor in _tensors_in(result):
-        await _Ready(tensor)
+        await Available(tensor)
         if tensor.is_error():
             raise tensor.error
     return result

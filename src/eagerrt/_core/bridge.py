@@ -26,7 +26,21 @@ from .async_value import AsyncValue
 from .config import config
 from .errors import UsageError
 
-__all__ = ["wait_async"]
+__all__ = ["Available", "wait_async"]
+
+
+class Available:
+    """``await Available(value)``: suspend until ``value`` is available (ready or
+    failed), without reading it (a tensor's data is not copied to the host)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: AsyncValue) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[Any, None, None]:
+        if not self.value.is_available():
+            yield from wait_async(self.value)
 
 
 def wait_async(value: AsyncValue) -> Generator[Any, None, None]:

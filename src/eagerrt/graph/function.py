@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from .._core.async_value import AsyncValue
-from .._core.bridge import wait_async
+from .._core.bridge import Available
 from .._core.errors import TracingError, UsageError
 from ..tensor import TRACED, Tensor
 from . import pytree
@@ -85,16 +85,6 @@ def _current_task() -> int:
     except RuntimeError:  # no running loop
         task = None
     return id(task) if task is not None else threading.get_ident()
-
-
-class _Waiting:
-    """``await _Waiting(value)``: suspend until an AsyncValue is set (asyncio or trio)."""
-
-    def __init__(self, value: AsyncValue) -> None:
-        self.value = value
-
-    def __await__(self) -> Any:
-        return wait_async(self.value)
 
 
 def _asarray(data: Any) -> Tensor:
@@ -260,7 +250,7 @@ class Function(Generic[_F]):
         me = _current_task()
         done = self._claim(key, me)
         if done is not None:
-            await _Waiting(done)
+            await Available(done)
             compiled = self._cache.get(key)
             if compiled is not None:
                 return compiled
