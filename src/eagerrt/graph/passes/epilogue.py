@@ -95,7 +95,7 @@ def _row_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
     return modes
 
 
-def _by_rows(product_into: Any, n_product: int, slot: int, modes: list[bool], ew: Any) -> Any:
+def _by_rows(product_into: Any, n_product: int, modes: list[bool], ew: Any) -> Any:
     """``out_kernel(*product_args, *rest, out)``: the product, with ``ew`` run on
     each block of rows as soon as the product has written it (in cache, and on
     whichever thread computed the block). Blocks are views of shape (1, ..., rows,
@@ -127,13 +127,20 @@ def _by_rows(product_into: Any, n_product: int, slot: int, modes: list[bool], ew
     return out_kernel
 
 
-def _wrapper(product: Node, n_product: int, slot: int, rest: list[Any], ew: Any) -> Any:
-    """``out_kernel(*product_args, *rest, out)``: the product, then ``ew`` over it."""
-    kernel = kernel_for(product)
-    out_form = out_kernel_for(product, kernel)
+def _wrapper(
+    product: Node,
+    kernel: Any,
+    out_form: Any,
+    n_product: int,
+    slot: int,
+    rest: list[Any],
+    ew: Any,
+) -> Any:
+    """``out_kernel(*product_args, *rest, out)``: the product (``kernel``, or its
+    out form where it has one), then ``ew`` over it."""
     modes = _row_blocks(product, rest) if out_form is not None else None
     if modes is not None:
-        return _by_rows(out_form, n_product, slot, modes, ew)
+        return _by_rows(out_form, n_product, modes, ew)
     n_rest = len(rest)
     params = [f"p{i}" for i in range(n_product)] + [f"e{i}" for i in range(n_rest)]
     rest = [f"e{i}" for i in range(n_rest)]
@@ -168,12 +175,14 @@ def _fuse(group: list[Node], value: Value) -> Node | None:
     rest = inputs[:slot] + inputs[slot + 1 :]
     # With an out form the product is written into the output buffer and the
     # epilogue reads it from there; otherwise it reads the product's own array.
-    in_place = out_kernel_for(product, kernel_for(product)) is not None
+    kernel = kernel_for(product)
+    out_form = out_kernel_for(product, kernel)
+    in_place = out_form is not None
     source = program.kernel_source(from_out=slot if in_place else None)
     ew = compile_kernel(source, rest if in_place else inputs, group[-1].out)
     if ew is None:
         return None
-    out_kernel = _wrapper(product, len(product.inputs), slot, rest, ew)
+    out_kernel = _wrapper(product, kernel, out_form, len(product.inputs), slot, rest, ew)
     root = group[-1].out
     cost = node_cost(product) + fused_cost(group) - config.op_overhead_ns
     op = make_op(
