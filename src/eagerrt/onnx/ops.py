@@ -741,10 +741,19 @@ def _explicit_pad(x: Any, begins: Sequence[int], ends: Sequence[int], value: flo
     return ert.pad(x, (begins[1], ends[1], begins[0], ends[0]), value=value)
 
 
-def _spatial_rank(node: Node) -> None:
-    kernel = node.attr("kernel_shape")
-    if kernel is not None and len(kernel) not in (1, 2):
-        raise _refuse(node, f"a {len(kernel)}-d window is not supported (1-d and 2-d are)")
+def _window_ranks(*ranks: int) -> Callable[[Node], object]:
+    """A check that a node's ``kernel_shape``, where given, has one of ``ranks`` sizes."""
+    supported = " and ".join(f"{r}-d" for r in ranks) + (" are" if len(ranks) > 1 else " is")
+
+    def check(node: Node) -> None:
+        kernel = node.attr("kernel_shape")
+        if kernel is not None and len(kernel) not in ranks:
+            raise _refuse(node, f"a {len(kernel)}-d window is not supported ({supported})")
+
+    return check
+
+
+_spatial_rank = _window_ranks(1, 2)
 
 
 _CONV_ATTRS = ["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"]
@@ -774,10 +783,7 @@ def _conv(xp: Any, node: Node, x: Any, w: Any, b: Any = None) -> Any:
     return ert.reshape(y, (*y.shape[:2], y.shape[3])) if ndim == 3 else y
 
 
-def _conv_transpose_rank(node: Node) -> None:
-    kernel = node.attr("kernel_shape")
-    if kernel is not None and len(kernel) != 2:
-        raise _refuse(node, f"a {len(kernel)}-d window is not supported (2-d is)")
+def _no_output_shape(node: Node) -> None:
     if node.attr("output_shape") is not None:
         raise _refuse(node, "output_shape is not supported (give pads and output_padding)")
 
@@ -787,7 +793,7 @@ def _conv_transpose_rank(node: Node) -> None:
     attrs=[*_CONV_ATTRS, "output_padding", "output_shape"],
     inputs=(2, 3),
     numpy=False,
-    check=_checks(_one_of("auto_pad", ["NOTSET"], "NOTSET"), _conv_transpose_rank),
+    check=_checks(_one_of("auto_pad", ["NOTSET"], "NOTSET"), _window_ranks(2), _no_output_shape),
 )
 def _conv_transpose(xp: Any, node: Node, x: Any, w: Any, b: Any = None) -> Any:
     if x.ndim != 4:
