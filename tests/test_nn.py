@@ -313,7 +313,7 @@ def test_conv2d_product_strategies(
     "xs, ws, stride, groups",
     [
         ((3, 6, 9, 8), (8, 6, 3, 3), 2, 1),
-        ((1, 6, 9, 8), (8, 3, 3, 3), 2, 2),  # one image: products split by channels
+        ((1, 6, 9, 8), (8, 3, 3, 3), 2, 2),  # one image: one product a group
         ((4, 8, 5, 7), (6, 4, 3, 1), (2, 1), 2),
         ((1, 5, 6, 6), (4, 5, 3, 3), 1, 1),  # stride 1, one image
     ],
@@ -337,10 +337,28 @@ def test_conv2d_gathered_blocks_and_threads(
     image = 4 * ws[1] * ws[2] * ws[3] * geo.ho * geo.wo  # an image's im2col bytes
     budget = {"rows": image // geo.ho * 2, "images": image, "one": 1 << 30}[blocks]
     monkeypatch.setattr(nn_ops, "_IM2COL_BYTES", budget)
+    pooled = spy(monkeypatch, "_on_blas_threads")
     with ert.config.override(num_threads=threads):
         got = ert.conv2d(x, w, b, stride=stride, padding=1, groups=groups).numpy()
     want = ref_conv2d(x, w, b, _pair(stride), (1, 1, 1, 1), (1, 1), groups)
     close(got, want, scale=5)
+    # Only one image in one block is one product left to BLAS's own threads;
+    # the blocks of a batch, and a block of several images, are split with the
+    # helper thread (mixing the two left BLAS's threads spinning beside splits).
+    assert len(pooled) == (threads == 2 and blocks != "rows" and xs[0] == 1)
+
+
+def spy(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:
+    """Calls of ``nn_ops.<name>`` (the work each was given), still made."""
+    calls: list[Any] = []
+    real = getattr(nn_ops, name)
+
+    def recording(work: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(work)
+        return real(work, *args, **kwargs)
+
+    monkeypatch.setattr(nn_ops, name, recording)
+    return calls
 
 
 WINOGRAD_CASES = [
@@ -384,19 +402,25 @@ def test_conv2d_winograd(
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("xs", [(1, 8, 7, 10), (3, 6, 4, 4)])
-def test_conv2d_winograd_one_block_split_by_channels(
+def test_conv2d_winograd_one_image_or_blocks_shared(
     xs: tuple[int, ...], bias: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A single block of tiles (one small image, or a few whole ones) on two
-    # threads: products and output transform split by output channels.
+    # Two threads: one small image is one block of tiles, transformed here with
+    # its products left to BLAS's threads; several are blocks shared with the
+    # helper thread.
     monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_TILES", 1)
     monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
-    monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 2)  # 7 channels: 4 chunks
     x, w = rand(*xs), rand(7, xs[1], 3, 3)
     b = rand(7) if bias else None
+    pooled = spy(monkeypatch, "_on_blas_threads")
+    shared = spy(monkeypatch, "_shared_by_two")
     with ert.config.override(num_threads=2):
         got = ert.conv2d(x, w, b, padding=1).numpy()
     close(got, ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1), scale=5)
+    if xs[0] == 1:
+        assert pooled == [nn_ops._winograd_channels] and not shared
+    else:
+        assert shared == [nn_ops._winograd_blocks] and not pooled
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -654,16 +678,20 @@ def test_linear_into_strategies(
     assert (seen == 1).all()
 
 
-def test_conv2d_1x1_split_by_channels(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("images", [1, 3])
+def test_conv2d_1x1_split_by_channels(images: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # A 1x1 stride-1 convolution is a product of the input as it is: big ones
-    # share their output channels between two threads.
+    # share their output channels between two threads, or, for one image, are
+    # one product a group on BLAS's threads.
     monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
     monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 1)
-    x, w, b = rand(3, 12, 7, 5), rand(9, 4, 1, 1), rand(9)
+    x, w, b = rand(images, 12, 7, 5), rand(9, 4, 1, 1), rand(9)
     for threads in (1, 2):
+        pooled = spy(monkeypatch, "_on_blas_threads")
         with ert.config.override(num_threads=threads):
             got = ert.conv2d(x, w, b, groups=3).numpy()
         close(got, ref_conv2d(x, w, b, (1, 1), (0, 0, 0, 0), (1, 1), 3), scale=5)
+        assert len(pooled) == (threads == 2 and images == 1)
 
 
 def test_embedding() -> None:

@@ -176,14 +176,13 @@ def _one_blas_thread(work: Any, *args: Any) -> Any:
     """``work(*args, single)`` with BLAS on one thread where that can be set
     (``single`` says whether it was).
 
-    conv2d never uses BLAS's own thread pool: every product runs with BLAS on
-    one thread, here or split with the helper thread (:func:`_shared_by_two`).
-    OpenBLAS's pool threads spin for a while after each product, so a network
-    that mixed pool products (its small convolutions) with helper-thread splits
-    (its big ones) ran three busy threads on two cores (measured ResNet-18 at
-    batch 1: 19 vs 13 ms; a step's own kernels up to 10 times slower while a
-    pool thread spun beside them). A single product BLAS threads well is left
-    to the pool where that measured faster (``linear_into``).
+    Kernels split over two threads (:func:`_shared_by_two`) and small
+    convolutions run their products here: OpenBLAS's pool threads spin for a
+    while after each product, so a network that mixed pool products for its
+    small convolutions with helper-thread splits for its big ones ran three busy
+    threads on two cores (measured ResNet-18 at batch 1: 19 vs 13 ms; a step's
+    own kernels up to 10 times slower while a pool thread spun beside them).
+    Work that is one big product is left to the pool (:func:`_on_blas_threads`).
 
     numpy's bundled OpenBLAS applies the "thread-local" count to the whole process
     (measured: a count set on one thread holds on the others), so two threads
@@ -259,15 +258,29 @@ def _two_blas_threads() -> bool:
     return config.num_threads >= 2 and _blas_local() is not None
 
 
-def _one_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, others: int = 1) -> None:
-    """``out[...] = a @ b`` as one BLAS call: on BLAS's own threads, or held to
-    this one while ``others`` other CPU tasks or more have the other cores
-    (:func:`_cores_taken`). For products above _BLAS_ONE_THREAD, which BLAS
-    would otherwise thread."""
+def _on_blas_threads(work: Any, *args: Any, others: int = 1) -> None:
+    """``work(*args, single)`` with its products on BLAS's own threads, or with
+    BLAS held to this thread while ``others`` other CPU tasks or more have the
+    other cores (:func:`_cores_taken`).
+
+    For work that is one product (a linear layer at batch 1, a convolution of one
+    small image): BLAS's pool threads keep watching for work for a while after
+    each product, so they take the next one within microseconds, where the
+    helper thread, asleep between kernels, takes tens to hundreds of
+    microseconds to wake on these virtual cores (measured ResNet-18 at batch 1:
+    10.7-10.8 ms with its one-image convolutions' products on the pool, against
+    12.3-13.0 ms split with the helper)."""
     if _cores_taken(others):
-        _one_blas_thread(lambda single: np.matmul(a, b, out=out))
+        _one_blas_thread(work, *args)
     else:
-        np.matmul(a, b, out=out)
+        work(*args, False)
+
+
+def _one_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, others: int = 1) -> None:
+    """``out[...] = a @ b`` as one BLAS call, on BLAS's own threads (see
+    :func:`_on_blas_threads`). For products above _BLAS_ONE_THREAD, which BLAS
+    would otherwise thread."""
+    _on_blas_threads(lambda single: np.matmul(a, b, out=out), others=others)
 
 
 def _shared_by_two(work: Any, n: int, *args: Any) -> None:
@@ -440,10 +453,12 @@ def _conv2d_run(
         xs = x4.reshape(g.n, g.groups, cg, g.h * g.w)
         outs = out.reshape(g.n, g.groups, og, g.h * g.w)
         flops = 2.0 * g.o * taps * g.n * g.h * g.w
-        if flops >= _SPLIT_FLOPS and _two_blas_threads():
-            _rows_by_two(_plain_channels, og, wmat, xs, outs)
-        else:  # BLAS on this thread only: see _one_blas_thread
+        if flops < _SPLIT_FLOPS or not _two_blas_threads():  # see _one_blas_thread
             _one_blas_thread(_plain_channels, wmat, xs, outs, 0, og)
+        elif g.n == 1:  # one product a group
+            _on_blas_threads(_plain_channels, wmat, xs, outs, 0, og)
+        else:
+            _rows_by_two(_plain_channels, og, wmat, xs, outs)
     elif u is not None or _winograd_fits(g):
         _conv2d_winograd(x4, weight, bias, g, out, u)
         return out if x.ndim == 4 else out[0]
@@ -462,6 +477,9 @@ def _plain_channels(
     for gi in range(wmat.shape[0]):
         np.matmul(wmat[gi, o0:o1], xs[:, gi], out=outs[:, gi, o0:o1])
 
+
+#: A convolution with at least this many flops splits its work over two threads.
+_SPLIT_FLOPS = 2e7
 
 #: im2col block size: about an L2 cache, for single-threaded products.
 _IM2COL_BYTES = 1 << 20
@@ -516,7 +534,8 @@ def _conv2d_winograd(
 
     The work is cut into blocks of tiles (whole images when they are small,
     else tile rows of one image); blocks are split over two threads, each with
-    BLAS on its own thread; a single block (one small image), by output channels.
+    BLAS on its own thread; a single block's (one small image's) products are
+    left to BLAS's threads.
     ``u``: the transformed weights when they were made once in advance (graph
     mode, :func:`_conv2d_constant_weight`).
     """
@@ -541,8 +560,8 @@ def _conv2d_winograd(
     if len(blocks) >= 2 and two:
         _shared_by_two(_winograd_blocks, len(blocks), *args)
     elif two and g.groups == 1 and 32.0 * g.o * g.c * per_image >= _SPLIT_FLOPS:
-        # One block (a small image): transformed once, its products and output
-        # transform split by output channels over two threads.
+        # One block (a small image): transformed once here, its 16 products on
+        # BLAS's threads (see _on_blas_threads), the output transform here.
         from ._numba_nn import winograd_input
 
         n0, n1, r0, r1 = blocks[0]
@@ -550,7 +569,7 @@ def _conv2d_winograd(
         v = np.empty((16, g.c, (n1 - n0) * cols), x.dtype)
         for k in range(n1 - n0):
             winograd_input(x[n0 + k], v, k * cols, r0, r1, tw, span, g.ph, g.pw)
-        _rows_by_two(_winograd_channels, g.o, u[0], v, b, out, blocks[0])
+        _on_blas_threads(_winograd_channels, u[0], v, b, out, blocks[0], 0, g.o)
     else:  # BLAS on this thread only: see _one_blas_thread
         _one_blas_thread(_winograd_blocks, *args, range(len(blocks)))
 
@@ -679,9 +698,8 @@ def _conv2d_gathered(
     in cache. (Gathering with flat unsigned indices measured 10-40% faster
     overall than copying rows of a zero-padded image, which computed dropped
     columns and copied the result once more.) Several blocks are shared by two
-    threads; a single block (one small image) is gathered once and its product
-    split by output channels over two threads. Each thread runs BLAS on its own
-    thread."""
+    threads, each running BLAS on its own thread; a single block (one small
+    image) is gathered once and its product left to BLAS's threads."""
     taps = (g.c // g.groups) * g.kh * g.kw
     pixels = g.ho * g.wo
     per_row = taps * g.wo * x.itemsize
@@ -704,13 +722,17 @@ def _conv2d_gathered(
     if len(blocks) == 1 and two:
         n0, n1, _, _ = blocks[0]
         cols = _gather(x, g, n0, n1, 0, g.ho)
-        if n1 - n0 == 1:  # one image: the products land in place
+        if n1 - n0 == 1:  # one image: gathered once here, its product on BLAS's threads
             res = out.reshape(g.n, g.o, pixels)[n0]
-        else:
-            res = np.empty((g.o, (n1 - n0) * pixels), x.dtype)
+            _on_blas_threads(_gathered_channels, wmat, cols, bias, res, g, 0, g.o // g.groups)
+            return
+        # Several small images: their product split by output channels with the
+        # helper thread, as the blocks of a batch's other convolutions are (one
+        # product on BLAS's pool leaves its threads spinning beside those
+        # splits: ResNet-18 at batch 32 took 196-201 ms against 155-161 ms).
+        res = np.empty((g.o, (n1 - n0) * pixels), x.dtype)
         _rows_by_two(_gathered_channels, g.o // g.groups, wmat, cols, bias, res, g)
-        if n1 - n0 > 1:
-            _scatter(res, out, g, n0, n1, 0, g.ho)
+        _scatter(res, out, g, n0, n1, 0, g.ho)
         return
     _one_blas_thread(_gathered_blocks, x, wmat, bias, g, out, blocks, range(len(blocks)))
 
@@ -1891,8 +1913,11 @@ _SCORE_BLOCK = 1 << 18
 #: one thread vs 2.4 ms quiet / 11 ms busy through the pool, for 96 heads).
 _BLAS_ONE_THREAD = 1 << 19
 
-#: Attention with at least this many flops splits its heads over two threads.
-_SPLIT_FLOPS = 2e7
+#: Attention with at least this many flops splits its heads over two threads
+#: (measured, 128 queries and keys of 32 values a head: 12 heads, 25 Mflop, take
+#: 410 us on one thread and 421 us split, the hand-off costing what the split
+#: saves; 24 heads take 851 us on one, 671 us split).
+_ATTENTION_SPLIT_FLOPS = 4e7
 
 
 class _Heads(NamedTuple):
@@ -2061,7 +2086,7 @@ def _sdpa_kernel(
     blocks = -(-n // step)
     args = (qb, kb, vb, masks, out, scale, is_causal, step)
     flops = 2.0 * n * g.length * g.source * (g.embed + g.value_embed)
-    if blocks >= 2 and flops >= _SPLIT_FLOPS and config.num_threads >= 2:
+    if blocks >= 2 and flops >= _ATTENTION_SPLIT_FLOPS and config.num_threads >= 2:
         # Heads are independent: blocks shared by a helper thread and this one
         # (BLAS on one thread each, numba's softmax releases the GIL).
         _shared_by_two(_attend, blocks, *args)
