@@ -307,6 +307,53 @@ def test_conv2d_product_strategies(
     close(got, ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1), scale=20)
 
 
+@pytest.mark.parametrize(
+    "hw, kernel, stride, padding, dilation, rows",
+    [
+        ((4, 4), (3, 3), (1, 1), 1, (1, 1), (0, 4)),  # narrow: through a padded copy
+        ((5, 7), (2, 3), (1, 1), "same", (2, 1), (1, 4)),  # bottom padding wider
+        ((9, 8), (3, 3), (2, 2), 1, (1, 1), (0, 5)),
+        ((6, 13), (3, 3), (1, 1), 1, (1, 1), (2, 5)),  # wide: straight from the image
+        ((12, 40), (3, 2), (1, 3), (2, 1), (2, 2), (0, 12)),
+        ((3, 20), (5, 5), (1, 1), "same", (1, 1), (0, 3)),  # taps far outside
+    ],
+)
+def test_im2col_matches_padded_windows(
+    hw: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: Any,
+    dilation: tuple[int, int],
+    rows: tuple[int, int],
+) -> None:
+    # Both ways of gathering (narrow outputs through a padded copy, wide ones
+    # straight from the image) against windows of np.pad, for a band of output
+    # rows of channels [1, 4), written at a column offset.
+    from eagerrt.ops._numba_nn import _PADDED_WIDTH, im2col
+
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    x = rand(5, *hw)
+    g = nn_ops._conv_geometry(x, rand(2, 5, kh, kw), None, stride, padding, dilation, 1)
+    top, bottom, left, right = nn_ops._conv_padding(padding, kernel, dilation, stride)
+    xp = np.pad(x, ((0, 0), (top, bottom), (left, right)))
+    oh0, oh1 = rows
+    want = np.stack(
+        [
+            xp[c, i * dh + sh * oh0 : i * dh + sh * (oh1 - 1) + 1 : sh][
+                :, j * dw : j * dw + sw * (g.wo - 1) + 1 : sw
+            ].reshape(-1)
+            for c in range(1, 4)
+            for i in range(kh)
+            for j in range(kw)
+        ]
+    )
+    cols = np.full((want.shape[0], want.shape[1] + 3), np.nan, np.float32)
+    im2col(x, cols, 3, 1, 4, kh, kw, sh, sw, g.ph, g.pw, dh, dw, oh0, oh1, g.wo)
+    np.testing.assert_array_equal(cols[:, 3:], want)
+    assert np.isnan(cols[:, :3]).all()  # columns before the offset untouched
+    assert (g.wo <= _PADDED_WIDTH) == (hw[1] <= 9)  # both ways are covered
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("blocks", ["rows", "images", "one"])
 @pytest.mark.parametrize(
