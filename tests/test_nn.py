@@ -389,10 +389,11 @@ def test_conv2d_gathered_blocks_and_threads(
         got = ert.conv2d(x, w, b, stride=stride, padding=1, groups=groups).numpy()
     want = ref_conv2d(x, w, b, _pair(stride), (1, 1, 1, 1), (1, 1), groups)
     close(got, want, scale=5)
-    # Only one image in one block is one product left to BLAS's own threads;
-    # the blocks of a batch, and a block of several images, are split with the
-    # helper thread (mixing the two left BLAS's threads spinning beside splits).
-    assert len(pooled) == (threads == 2 and blocks != "rows" and xs[0] == 1)
+    # One image's blocks run on this thread, their products on BLAS's own
+    # threads; a batch's blocks, or its one block of several images, are split
+    # with the helper thread (mixing the two left BLAS's threads spinning
+    # beside the splits).
+    assert len(pooled) == (threads == 2 and xs[0] == 1)
 
 
 def spy(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:
@@ -448,15 +449,17 @@ def test_conv2d_winograd(
 
 
 @pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("block_cols", [1, 10**6])  # a tile row a block, or whole images
 @pytest.mark.parametrize("xs", [(1, 8, 7, 10), (3, 6, 4, 4)])
 def test_conv2d_winograd_one_image_or_blocks_shared(
-    xs: tuple[int, ...], bias: bool, monkeypatch: pytest.MonkeyPatch
+    xs: tuple[int, ...], block_cols: int, bias: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Two threads: one small image is one block of tiles, transformed here with
-    # its products left to BLAS's threads; several are blocks shared with the
-    # helper thread.
+    # Two threads: one image's blocks of tiles are transformed here, their
+    # products left to BLAS's threads; a batch's are shared with the helper thread.
     monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_TILES", 1)
     monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_BYTES", 0)
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_COLS", block_cols)
     x, w = rand(*xs), rand(7, xs[1], 3, 3)
     b = rand(7) if bias else None
     pooled = spy(monkeypatch, "_on_blas_threads")
@@ -465,7 +468,7 @@ def test_conv2d_winograd_one_image_or_blocks_shared(
         got = ert.conv2d(x, w, b, padding=1).numpy()
     close(got, ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1), scale=5)
     if xs[0] == 1:
-        assert pooled == [nn_ops._winograd_channels] and not shared
+        assert pooled == [nn_ops._winograd_blocks] and not shared
     else:
         assert shared == [nn_ops._winograd_blocks] and not pooled
 

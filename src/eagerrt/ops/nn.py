@@ -533,9 +533,9 @@ def _conv2d_winograd(
     results stay within a few float32 roundings of the exact ones.
 
     The work is cut into blocks of tiles (whole images when they are small,
-    else tile rows of one image); blocks are split over two threads, each with
-    BLAS on its own thread; a single block's (one small image's) products are
-    left to BLAS's threads.
+    else tile rows of one image). A batch's blocks are split over two threads,
+    each with BLAS on its own thread; one image's blocks run here, their
+    products on BLAS's threads (see :func:`_on_blas_threads`).
     ``u``: the transformed weights when they were made once in advance (graph
     mode, :func:`_conv2d_constant_weight`).
     """
@@ -556,22 +556,13 @@ def _conv2d_winograd(
         u = _winograd_u(weight, g)
     b = np.zeros(g.o, x.dtype) if bias is None else bias
     args = (x, u, b, g, out, blocks)
-    two = _two_blas_threads()
-    if len(blocks) >= 2 and two:
+    flops = 32.0 * g.o * (g.c // g.groups) * per_image * g.n  # the products'
+    if not _two_blas_threads() or flops < _SPLIT_FLOPS:
+        _one_blas_thread(_winograd_blocks, *args, range(len(blocks)))  # see _one_blas_thread
+    elif g.n == 1:  # one image: its blocks here, their products on BLAS's threads
+        _on_blas_threads(_winograd_blocks, *args, range(len(blocks)))
+    else:  # two blocks at least
         _shared_by_two(_winograd_blocks, len(blocks), *args)
-    elif two and g.groups == 1 and 32.0 * g.o * g.c * per_image >= _SPLIT_FLOPS:
-        # One block (a small image): transformed once here, its 16 products on
-        # BLAS's threads (see _on_blas_threads), the output transform here.
-        from ._numba_nn import winograd_input
-
-        n0, n1, r0, r1 = blocks[0]
-        cols = (r1 - r0) * span  # an image's
-        v = np.empty((16, g.c, (n1 - n0) * cols), x.dtype)
-        for k in range(n1 - n0):
-            winograd_input(x[n0 + k], v, k * cols, r0, r1, tw, span, g.ph, g.pw)
-        _on_blas_threads(_winograd_channels, u[0], v, b, out, blocks[0], 0, g.o)
-    else:  # BLAS on this thread only: see _one_blas_thread
-        _one_blas_thread(_winograd_blocks, *args, range(len(blocks)))
 
 
 def _winograd_span(tw: int) -> int:
@@ -625,29 +616,6 @@ def _winograd_u(weight: np.ndarray, g: _Conv) -> np.ndarray:
     return u
 
 
-def _winograd_channels(
-    u: np.ndarray,
-    v: np.ndarray,
-    bias: np.ndarray,
-    out: np.ndarray,
-    block: tuple[int, int, int, int],
-    o0: int,
-    o1: int,
-    single: bool,
-) -> None:
-    """Output channels [o0, o1) of one transformed block (one group): products
-    and output transform."""
-    from ._numba_nn import winograd_output
-
-    n0, n1, r0, r1 = block
-    cols = v.shape[2]
-    image = cols // (n1 - n0)  # columns an image takes
-    m = np.empty((16, o1 - o0, cols), v.dtype)
-    np.matmul(u[:, o0:o1], v, out=m)
-    for k in range(n1 - n0):
-        winograd_output(m, out[n0 + k, o0:o1], bias[o0:o1], k * image, r0, r1, image // (r1 - r0))
-
-
 def _winograd_blocks(
     x: np.ndarray,
     u: np.ndarray,
@@ -697,9 +665,9 @@ def _conv2d_gathered(
     ``_IM2COL_BYTES``; the bias is added to each block's products while they are
     in cache. (Gathering with flat unsigned indices measured 10-40% faster
     overall than copying rows of a zero-padded image, which computed dropped
-    columns and copied the result once more.) Several blocks are shared by two
-    threads, each running BLAS on its own thread; a single block (one small
-    image) is gathered once and its product left to BLAS's threads."""
+    columns and copied the result once more.) A batch's blocks are shared by
+    two threads, each running BLAS on its own thread; one image's blocks run
+    here, their products on BLAS's threads (see :func:`_on_blas_threads`)."""
     taps = (g.c // g.groups) * g.kh * g.kw
     pixels = g.ho * g.wo
     per_row = taps * g.wo * x.itemsize
@@ -715,26 +683,22 @@ def _conv2d_gathered(
             for n0 in range(g.n)
             for r0 in range(0, g.ho, rows)
         ]
-    two = _two_blas_threads() and 2.0 * g.o * taps * g.n * pixels >= _SPLIT_FLOPS
-    if len(blocks) >= 2 and two:
-        _shared_by_two(_gathered_blocks, len(blocks), x, wmat, bias, g, out, blocks)
-        return
-    if len(blocks) == 1 and two:
-        n0, n1, _, _ = blocks[0]
-        cols = _gather(x, g, n0, n1, 0, g.ho)
-        if n1 - n0 == 1:  # one image: gathered once here, its product on BLAS's threads
-            res = out.reshape(g.n, g.o, pixels)[n0]
-            _on_blas_threads(_gathered_channels, wmat, cols, bias, res, g, 0, g.o // g.groups)
-            return
-        # Several small images: their product split by output channels with the
-        # helper thread, as the blocks of a batch's other convolutions are (one
-        # product on BLAS's pool leaves its threads spinning beside those
-        # splits: ResNet-18 at batch 32 took 196-201 ms against 155-161 ms).
-        res = np.empty((g.o, (n1 - n0) * pixels), x.dtype)
+    args = (x, wmat, bias, g, out, blocks)
+    if not _two_blas_threads() or 2.0 * g.o * taps * g.n * pixels < _SPLIT_FLOPS:
+        _one_blas_thread(_gathered_blocks, *args, range(len(blocks)))  # see _one_blas_thread
+    elif g.n == 1:  # one image: its blocks here, their products on BLAS's threads
+        _on_blas_threads(_gathered_blocks, *args, range(len(blocks)))
+    elif len(blocks) >= 2:
+        _shared_by_two(_gathered_blocks, len(blocks), *args)
+    else:
+        # Several small images in one block: its product split by output channels
+        # with the helper thread, as a batch's other convolutions split their
+        # blocks (one product on BLAS's pool leaves its threads spinning beside
+        # those splits: ResNet-18 at batch 32 took 196-201 ms against 155-161 ms).
+        cols = _gather(x, g, 0, g.n, 0, g.ho)
+        res = np.empty((g.o, g.n * pixels), x.dtype)
         _rows_by_two(_gathered_channels, g.o // g.groups, wmat, cols, bias, res, g)
-        _scatter(res, out, g, n0, n1, 0, g.ho)
-        return
-    _one_blas_thread(_gathered_blocks, x, wmat, bias, g, out, blocks, range(len(blocks)))
+        _scatter(res, out, g, 0, g.n, 0, g.ho)
 
 
 def _gather(x: np.ndarray, g: _Conv, n0: int, n1: int, r0: int, r1: int) -> np.ndarray:
