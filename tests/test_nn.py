@@ -744,6 +744,55 @@ def test_conv2d_1x1_split_by_channels(images: int, monkeypatch: pytest.MonkeyPat
         assert len(pooled) == (threads == 2 and images == 1)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("images", [1, 3])
+@pytest.mark.parametrize(
+    "path, blocks",
+    [
+        ("winograd", "rows"),
+        ("winograd", "images"),
+        ("gathered", "rows"),
+        ("gathered", "images"),
+        ("gathered", "one"),  # one block of every image, split by channels
+        ("plain", "one"),  # 1x1 stride 1: the input is the im2col matrix
+    ],
+)
+def test_conv2d_into_runs_the_epilogue_on_finished_images(
+    path: str, blocks: str, images: int, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Graph mode's out form: the result goes into the given buffer and the
+    # epilogue sees each image once, after its last block is written.
+    monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 1)
+    k = 1 if path == "plain" else 3
+    x, w, b = rand(images, 6, 10, 9), rand(5, 6, k, k), rand(5)
+    if path == "winograd":
+        monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_TILES", 1)
+        monkeypatch.setattr(nn_ops, "_WINOGRAD_BYTES", 0)
+        monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_COLS", 5 if blocks == "rows" else 10**6)
+    else:
+        monkeypatch.setattr(nn_ops, "_WINOGRAD_CHANNELS", 10**9)
+        image = 4 * 6 * k * k * 10 * 9  # an image's im2col bytes
+        budget = {"rows": image // 4, "images": image, "one": 1 << 30}[blocks]
+        monkeypatch.setattr(nn_ops, "_IM2COL_BYTES", budget)
+    padding = k // 2
+    g = nn_ops._conv_geometry(x, w, b, 1, padding, 1, 1)
+    assert (path == "winograd") == nn_ops._winograd_fits(g)
+    want = ref_conv2d(x, w, b, (1, 1), (padding,) * 4, (1, 1), 1)
+    out = np.full((images, 5, g.ho, g.wo), np.nan, np.float32)
+    seen: list[int] = []
+
+    def epilogue(first: int, end: int) -> None:
+        close(out[first:end], want[first:end], scale=5)  # already final
+        seen.extend(range(first, end))
+        out[first:end] *= -1  # the epilogue's own work, in place
+
+    with ert.config.override(num_threads=threads):
+        got = nn_ops._conv2d_run(x, w, b, g, None, out, epilogue)
+    assert got is out and sorted(seen) == list(range(images))
+    close(out, -want, scale=5)
+
+
 def test_embedding() -> None:
     table = rand(10, 3)
     idx = np.array([[0, 9, 3], [3, 3, 1]], dtype=np.int32)

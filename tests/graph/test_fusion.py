@@ -411,6 +411,66 @@ def test_linear_and_conv2d_epilogues() -> None:
     compare(f, x, img)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_conv2d_epilogue_runs_on_images_as_they_are_done(
+    batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A residual block's tail: conv2d, a per-channel scale, the skip input added,
+    # relu. The convolution writes into the plan's buffer and the fused loop runs
+    # on each run of images it finishes (blocks of whole images, or an image's
+    # last block of rows), not over the whole result afterwards.
+    from eagerrt.ops import nn as nn_ops
+
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_BYTES", 0)
+    monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_COLS", 8)  # several blocks of rows an image
+    monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
+    cw = ert.asarray(rng.standard_normal((8, 8, 3, 3)).astype(np.float32))
+    scale = ert.asarray(rng.standard_normal((1, 8, 1, 1)).astype(np.float32))
+
+    @ert.function
+    def block(x: Any, skip: Any) -> Any:
+        return ert.relu(ert.conv2d(x, cw, padding=1) * scale + skip)
+
+    x = arr(rng.standard_normal((batch, 8, 12, 12)), "float32")
+    skip = arr(rng.standard_normal((batch, 8, 12, 12)), "float32")
+    assert fused_names(block, x, skip) == ["fused[conv2d,multiply,add,relu]"]
+    runs: list[tuple[int, int]] = []
+    real = nn_ops._ImagesDone.__init__
+
+    def recording(self: Any, epilogue: Any) -> None:
+        def noted(first: int, end: int) -> None:
+            runs.append((first, end))
+            epilogue(first, end)
+
+        real(self, noted if epilogue is not None else None)
+
+    monkeypatch.setattr(nn_ops._ImagesDone, "__init__", recording)
+    for threads in (1, 2):
+        with ert.config.override(num_threads=threads):
+            compare(block, x, skip)
+            runs.clear()
+            block(x, skip).numpy()
+        assert sorted(i for first, end in runs for i in range(first, end)) == [*range(batch)]
+        assert len(runs) == batch  # each image as its last block of rows is done
+
+
+def test_conv2d_epilogue_with_a_per_image_operand_runs_after() -> None:
+    # An operand that is neither the result's shape nor one image's (one value
+    # per image, a constant): the fused loop runs over the whole result once the
+    # convolution is done. An unbatched image also runs that way.
+    cw = ert.asarray(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    per_image = ert.asarray(rng.standard_normal((2, 1, 1, 1)).astype(np.float32))
+
+    @ert.function
+    def f(x: Any, one: Any) -> Any:
+        return ert.conv2d(x, cw, padding=1) * per_image, ert.relu(ert.conv2d(one, cw, padding=1))
+
+    x = arr(rng.standard_normal((2, 3, 9, 9)), "float32")
+    one = arr(rng.standard_normal((3, 9, 9)), "float32")
+    assert fused_names(f, x, one) == ["fused[conv2d,multiply]", "fused[conv2d,relu]"]
+    compare(f, x, one)
+
+
 def test_constant_conv_weights_are_prepared_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A conv2d whose weight is a constant gets its Winograd weights when the plan
     is built (``Op.prepare``), not on every call; a weight that is an input (or an

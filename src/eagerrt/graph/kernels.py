@@ -134,7 +134,21 @@ def _linear_out(node: Node) -> OutKernel | None:
     return lambda x, w, out, epilogue=None: linear_into(x, w, None, out, epilogue)
 
 
+def _conv2d_out(node: Node) -> OutKernel | None:
+    """conv2d into the plan's buffer; ``epilogue=`` runs elementwise work on
+    runs of images as soon as they are done (see :mod:`.passes.epilogue`)."""
+    x, w = node.inputs[:2]
+    if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
+        return None
+    if x.ndim != 4 or x.dtype.kind != "f":  # an unbatched image has no images to share
+        return None
+    from ..ops.nn import conv2d_out_form
+
+    return conv2d_out_form(node.inputs, node.static, w.const if w.is_const else None)
+
+
 _TABLE: dict[str, Callable[[Node], OutKernel | None]] = {
+    "conv2d": _conv2d_out,
     "linear": _linear_out,
     "relu": _relu_out,
     "matmul": _matmul_out,

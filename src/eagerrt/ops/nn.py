@@ -31,7 +31,7 @@ import math
 import operator
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -440,11 +440,22 @@ def _conv2d_kernel(
 
 
 def _conv2d_run(
-    x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, g: _Conv, u: np.ndarray | None
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None,
+    g: _Conv,
+    u: np.ndarray | None,
+    out: np.ndarray | None = None,
+    epilogue: ImageEpilogue | None = None,
 ) -> np.ndarray:
-    """conv2d of geometry ``g``; ``u``: the Winograd weights, if already made."""
+    """conv2d of geometry ``g``; ``u``: the Winograd weights, if already made.
+    With ``out`` (a C-contiguous (N, O, Ho, Wo) array, for a 4-d ``x``) the
+    result is written there, and ``epilogue`` runs on each run of images as
+    soon as they are done (see :data:`ImageEpilogue`)."""
     x4 = np.ascontiguousarray(_batched(x))
-    out = np.empty((g.n, g.o, g.ho, g.wo), x.dtype)
+    if out is None:
+        out = np.empty((g.n, g.o, g.ho, g.wo), x.dtype)
+    done = _ImagesDone(epilogue)
     og, cg = g.o // g.groups, g.c // g.groups
     taps = cg * g.kh * g.kw
     wmat = np.ascontiguousarray(weight).reshape(g.groups, og, taps)
@@ -459,15 +470,51 @@ def _conv2d_run(
             _on_blas_threads(_plain_channels, wmat, xs, outs, 0, og)
         else:
             _rows_by_two(_plain_channels, og, wmat, xs, outs)
+        if bias is not None:
+            out += bias.reshape(-1, 1, 1)
+        done.all(g.n)
     elif u is not None or _winograd_fits(g):
-        _conv2d_winograd(x4, weight, bias, g, out, u)
-        return out if x.ndim == 4 else out[0]
+        _conv2d_winograd(x4, weight, bias, g, out, u, done)
     else:
-        _conv2d_gathered(x4, wmat, bias, g, out)
-        return out if x.ndim == 4 else out[0]
-    if bias is not None:
-        out += bias.reshape(-1, 1, 1)
+        _conv2d_gathered(x4, wmat, bias, g, out, done)
     return out if x.ndim == 4 else out[0]
+
+
+#: ``epilogue(first, end)``: elementwise work on images [first, end) of a
+#: convolution's result, run as soon as their blocks are written (in cache, on
+#: the thread that wrote the last of them).
+ImageEpilogue = Callable[[int, int], None]
+
+
+class _ImagesDone:
+    """Runs a convolution's :data:`ImageEpilogue` as its blocks finish: a block
+    of whole images at once, an image cut into blocks of rows when the last of
+    them is done (blocks finish on either thread, in any order)."""
+
+    def __init__(self, epilogue: ImageEpilogue | None) -> None:
+        self._epilogue = epilogue
+        self._left: dict[int, int] = {}  # first image of a block -> its blocks not done
+        self._lock = threading.Lock()
+
+    def expect(self, blocks: list[tuple[int, int, int, int]]) -> None:
+        """The (first image, end image, first row, end row) blocks to come."""
+        for n0, *_ in blocks:
+            self._left[n0] = self._left.get(n0, 0) + 1
+
+    def finished(self, block: tuple[int, int, int, int]) -> None:
+        if self._epilogue is None:
+            return
+        n0, n1, _, _ = block
+        with self._lock:
+            self._left[n0] -= 1
+            last = self._left[n0] == 0
+        if last:
+            self._epilogue(n0, n1)
+
+    def all(self, n: int) -> None:
+        """Every image is done at once."""
+        if self._epilogue is not None:
+            self._epilogue(0, n)
 
 
 def _plain_channels(
@@ -526,6 +573,7 @@ def _conv2d_winograd(
     g: _Conv,
     out: np.ndarray,
     u: np.ndarray | None = None,
+    done: _ImagesDone | None = None,
 ) -> None:
     """3x3 stride 1 as Winograd F(2x2, 3x3): 2.25 times fewer multiplications
     than im2col (measured 2x faster on ResNet's 3x3 layers), the products done
@@ -555,7 +603,9 @@ def _conv2d_winograd(
     if u is None:
         u = _winograd_u(weight, g)
     b = np.zeros(g.o, x.dtype) if bias is None else bias
-    args = (x, u, b, g, out, blocks)
+    done = done or _ImagesDone(None)
+    done.expect(blocks)
+    args = (x, u, b, g, out, blocks, done)
     flops = 32.0 * g.o * (g.c // g.groups) * per_image * g.n  # the products'
     if not _two_blas_threads() or flops < _SPLIT_FLOPS:
         _one_blas_thread(_winograd_blocks, *args, range(len(blocks)))  # see _one_blas_thread
@@ -623,13 +673,14 @@ def _winograd_blocks(
     g: _Conv,
     out: np.ndarray,
     blocks: list[tuple[int, int, int, int]],
+    done: _ImagesDone,
     units: Iterable[int],
     single: bool,
 ) -> None:
     """The blocks ``units`` of :func:`_conv2d_winograd`: the input transform
     of each image's part, the products, the output transform (bias added)
-    straight into ``out``. ``single`` (whether BLAS is on this thread only) is
-    not needed."""
+    straight into ``out``, then ``done``. ``single`` (whether BLAS is on this
+    thread only) is not needed."""
     from ._numba_nn import winograd_input, winograd_output
 
     tw = (g.wo + 1) // 2
@@ -652,10 +703,16 @@ def _winograd_blocks(
             )
         for k in range(n1 - n0):
             winograd_output(m, out[n0 + k], bias, k * image, r0, r1, span)
+        done.finished(blocks[unit])
 
 
 def _conv2d_gathered(
-    x: np.ndarray, wmat: np.ndarray, bias: np.ndarray | None, g: _Conv, out: np.ndarray
+    x: np.ndarray,
+    wmat: np.ndarray,
+    bias: np.ndarray | None,
+    g: _Conv,
+    out: np.ndarray,
+    done: _ImagesDone | None = None,
 ) -> None:
     """im2col, gathering each output pixel's taps (zeros in the padding; any
     stride), then BLAS multiplies. The work is cut into blocks (several whole
@@ -683,7 +740,9 @@ def _conv2d_gathered(
             for n0 in range(g.n)
             for r0 in range(0, g.ho, rows)
         ]
-    args = (x, wmat, bias, g, out, blocks)
+    done = done or _ImagesDone(None)
+    done.expect(blocks)
+    args = (x, wmat, bias, g, out, blocks, done)
     if not _two_blas_threads() or 2.0 * g.o * taps * g.n * pixels < _SPLIT_FLOPS:
         _one_blas_thread(_gathered_blocks, *args, range(len(blocks)))  # see _one_blas_thread
     elif g.n == 1:  # one image: its blocks here, their products on BLAS's threads
@@ -699,6 +758,7 @@ def _conv2d_gathered(
         res = np.empty((g.o, g.n * pixels), x.dtype)
         _rows_by_two(_gathered_channels, g.o // g.groups, wmat, cols, bias, res, g)
         _scatter(res, out, g, 0, g.n, 0, g.ho)
+        done.finished(blocks[0])
 
 
 def _gather(x: np.ndarray, g: _Conv, n0: int, n1: int, r0: int, r1: int) -> np.ndarray:
@@ -735,11 +795,12 @@ def _gathered_blocks(
     g: _Conv,
     out: np.ndarray,
     blocks: list[tuple[int, int, int, int]],
+    done: _ImagesDone,
     units: Iterable[int],
     single: bool,
 ) -> None:
     """The blocks ``units`` of :func:`_conv2d_gathered`, gathered and multiplied
-    on this thread."""
+    on this thread, then ``done``."""
     og = g.o // g.groups
     flat = out.reshape(g.n, g.o, g.ho * g.wo)
     for unit in units:
@@ -755,6 +816,7 @@ def _gathered_blocks(
             dest += bias[:, None]
         if n1 - n0 > 1:
             _scatter(dest, out, g, n0, n1, r0, r1)
+        done.finished(blocks[unit])
 
 
 def _gathered_channels(
@@ -810,6 +872,29 @@ def _conv2d_constant_weight(
         return _conv2d_run(x, weight, bias, g, u)
 
     return kernel
+
+
+def conv2d_out_form(inputs: Sequence[Any], static: dict[str, Any], weight: Any = None) -> Any:
+    """Graph mode's out form of a conv2d of 4-d ``inputs`` (x, weight[, bias]):
+    ``kernel(x, w[, b], out, epilogue=None)``, writing into the plan's buffer
+    and running ``epilogue`` (an :data:`ImageEpilogue`) on images as they are
+    done. ``weight``: the weight's array where it is a constant (its Winograd
+    transform is then made once, here)."""
+    x, w, *rest = inputs
+    g = _conv_geometry(
+        x, w, rest[0] if rest else None,
+        static.get("stride", 1), static.get("padding", 0),
+        static.get("dilation", 1), static.get("groups", 1),
+    )  # fmt: skip
+    u = _prepared_u(weight, g) if weight is not None and _winograd_fits(g) else None
+
+    def with_bias(x: Any, w: Any, b: Any, out: Any, epilogue: Any = None) -> None:
+        _conv2d_run(x, w, b, g, u, out, epilogue)
+
+    def without_bias(x: Any, w: Any, out: Any, epilogue: Any = None) -> None:
+        _conv2d_run(x, w, None, g, u, out, epilogue)
+
+    return with_bias if rest else without_bias
 
 
 def _present(*tensors: Any) -> tuple[Any, ...]:

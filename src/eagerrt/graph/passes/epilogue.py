@@ -11,8 +11,11 @@ temporaries::
     %1 = matmul(%in0, %c2) : float32[32, 512]
     %5 = fused[add,relu](%1, %c4)              ->  %5 = fused[matmul,add,relu](%in0, %c2, %c4)
 
-A product without an out form (conv2d, linear) allocates its result as it
-would eagerly; the fused loop then reads it and writes the planned buffer.
+linear (and a matmul big enough to share its rows) runs the loop on each
+block of rows as soon as it is written; conv2d on each run of images as soon
+as they are done: in cache, on the thread that computed them. A product
+without an out form allocates its result as it would eagerly; the fused loop
+then reads it and writes the planned buffer.
 """
 
 from __future__ import annotations
@@ -95,6 +98,47 @@ def _row_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
     return modes
 
 
+def _image_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
+    """For a conv2d, which computes its result in blocks of images (see
+    ``nn.ImageEpilogue``), whether each other operand of the epilogue is read
+    by images (True: it has the result's shape) or whole (False: it has one
+    image or fewer dimensions, as a per-channel scale); None where the epilogue
+    can't run on runs of images."""
+    out = product.out
+    if product.name != "conv2d" or out.ndim != 4:
+        return None
+    modes = []
+    for a in rest:
+        if type(a) is not Value:
+            modes.append(False)  # a weak scalar
+        elif a.shape == out.shape and not a.is_const:
+            modes.append(True)  # a computed or input value: a C-contiguous buffer
+        elif a.ndim < out.ndim or a.shape[0] == 1:
+            modes.append(False)
+        else:
+            return None
+    return modes
+
+
+def _by_images(product_into: Any, n_product: int, modes: list[bool], ew: Any) -> Any:
+    """``out_kernel(*product_args, *rest, out)``: the convolution, with ``ew``
+    run on each run of images [first, end) as soon as the convolution has
+    written them (in cache, on the thread that finished them). Runs are slices
+    of the leading dimension, C-contiguous as the whole buffers are."""
+
+    def out_kernel(*args: Any) -> None:
+        out = args[-1]
+        rest = list(zip(args[n_product:-1], modes, strict=True))
+
+        def epilogue(first: int, end: int) -> None:
+            operands = [a[first:end] if by_images else a for a, by_images in rest]
+            ew(*operands, out[first:end])  # reads the convolution's images from out, in place
+
+        product_into(*args[:n_product], out, epilogue=epilogue)
+
+    return out_kernel
+
+
 def _by_rows(product_into: Any, n_product: int, modes: list[bool], ew: Any) -> Any:
     """``out_kernel(*product_args, *rest, out)``: the product, with ``ew`` run on
     each block of rows as soon as the product has written it (in cache, and on
@@ -141,6 +185,9 @@ def _wrapper(
     modes = _row_blocks(product, rest) if out_form is not None else None
     if modes is not None:
         return _by_rows(out_form, n_product, modes, ew)
+    modes = _image_blocks(product, rest) if out_form is not None else None
+    if modes is not None:
+        return _by_images(out_form, n_product, modes, ew)
     n_rest = len(rest)
     params = [f"p{i}" for i in range(n_product)] + [f"e{i}" for i in range(n_rest)]
     rest = [f"e{i}" for i in range(n_rest)]
