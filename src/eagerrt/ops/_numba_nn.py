@@ -80,14 +80,34 @@ def im2col(
     channels ``[c0, c1)``; zero where the tap falls in the padding. Indexed flat
     with unsigned offsets, as the Winograd kernels below (measured up to 2.5x
     faster than 3-d indexing, whose negative-index checks keep loops scalar)."""
-    if wo <= _PADDED_WIDTH:
-        _im2col_padded(x, cols, col, c0, c1, kh, kw, sh, sw, ph, pw, dh, dw, oh0, oh1, wo)
-        return
     h = x.shape[1]
     w = x.shape[2]
     width = cols.shape[1]
-    xf = x.reshape(-1)
     cf = cols.reshape(-1)
+    if wo <= _PADDED_WIDTH:
+        # Through a zero-padded copy of the channels, so that every tap is in
+        # bounds. Rows and columns the taps reach (bottom / right padding may be wider):
+        hp = max(h + ph, (oh1 - 1) * sh + (kh - 1) * dh + 1)
+        wp = max(w + pw, (wo - 1) * sw + (kw - 1) * dw + 1)
+        padded = np.zeros((c1 - c0, hp, wp), x.dtype)
+        for c in range(c1 - c0):
+            for r in range(h):
+                for q in range(w):
+                    padded[c, r + ph, q + pw] = x[c0 + c, r, q]
+        pf = padded.reshape(-1)
+        row = 0
+        for c in range(c1 - c0):
+            for i in range(kh):
+                for j in range(kw):
+                    at = row * width + col
+                    for oh in range(oh0, oh1):
+                        src = (c * hp + oh * sh + i * dh) * wp + j * dw
+                        for ow in range(wo):
+                            cf[_U(at + ow)] = pf[_U(src + ow * sw)]
+                        at += wo
+                    row += 1
+        return
+    xf = x.reshape(-1)
     zero = x.dtype.type(0)
     # Each tap column's valid output columns, found once rather than per channel.
     los = np.empty(kw, np.int64)
@@ -118,54 +138,6 @@ def im2col(
                                 cf[_U(at + ow)] = xf[_U(src + ow * sw)]
                         for ow in range(hi, wo):
                             cf[_U(at + ow)] = zero
-                    at += wo
-                row += 1
-
-
-@numba.njit(nogil=True, cache=True)
-def _im2col_padded(
-    x: Any,
-    cols: Any,
-    col: int,
-    c0: int,
-    c1: int,
-    kh: int,
-    kw: int,
-    sh: int,
-    sw: int,
-    ph: int,
-    pw: int,
-    dh: int,
-    dw: int,
-    oh0: int,
-    oh1: int,
-    wo: int,
-) -> None:  # pragma: no cover - compiled
-    """:func:`im2col` through a zero-padded copy of the channels, so that every
-    tap is in bounds: for small images, where checking bounds per output row
-    costs more than the copy."""
-    h = x.shape[1]
-    w = x.shape[2]
-    # Rows and columns the taps reach (the bottom / right padding may be wider).
-    hp = max(h + ph, (oh1 - 1) * sh + (kh - 1) * dh + 1)
-    wp = max(w + pw, (wo - 1) * sw + (kw - 1) * dw + 1)
-    padded = np.zeros((c1 - c0, hp, wp), x.dtype)
-    for c in range(c1 - c0):
-        for r in range(h):
-            for q in range(w):
-                padded[c, r + ph, q + pw] = x[c0 + c, r, q]
-    pf = padded.reshape(-1)
-    cf = cols.reshape(-1)
-    width = cols.shape[1]
-    row = 0
-    for c in range(c1 - c0):
-        for i in range(kh):
-            for j in range(kw):
-                at = row * width + col
-                for oh in range(oh0, oh1):
-                    src = (c * hp + oh * sh + i * dh) * wp + j * dw
-                    for ow in range(wo):
-                        cf[_U(at + ow)] = pf[_U(src + ow * sw)]
                     at += wo
                 row += 1
 

@@ -20,6 +20,7 @@ then reads it and writes the planned buffer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..._core.config import config
@@ -74,50 +75,46 @@ def _product(v: Any, group: list[Node], users: dict[int, list[Node]], outputs: s
     return all(id(u) in members for u in users.get(v.id, ()))
 
 
+def _blocks_of(out: Value, rest: list[Any], whole: Callable[[Value], bool]) -> list[bool] | None:
+    """Whether each operand of an epilogue run on blocks of ``out`` is sliced like
+    the block (True: it has the result's shape) or passed whole (False: a weak
+    scalar, or a value ``whole`` accepts); None if some operand is neither."""
+    modes = []
+    for a in rest:
+        if type(a) is not Value:
+            modes.append(False)  # a weak scalar
+        elif a.shape == out.shape and not a.is_const:
+            modes.append(True)  # a computed or input value: a C-contiguous buffer
+        elif whole(a):
+            modes.append(False)
+        else:
+            return None
+    return modes
+
+
 def _row_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
     """For a product that computes its result in blocks of rows (linear, and a
     matmul by a matrix big enough to share: see ``kernels.matmul_by_rows``), whether
-    each other operand of the epilogue is read by rows (True: it has the result's
-    shape) or whole (False: a bias-like operand, broadcast over all but the last
-    dimension); None where the epilogue can't run on blocks of rows."""
+    each other operand of the epilogue is read by rows or whole (a bias-like
+    operand, broadcast over all but the last dimension); None where the
+    epilogue can't run on blocks of rows."""
     if product.name != "linear" and not (product.name == "matmul" and matmul_by_rows(product)):
         return None
     out = product.out
     if out.ndim < 2 or out.shape[-2] < 2:
         return None  # blocks are viewed as (1, ..., rows, n): dimension -2 must be a real one
-    modes = []
-    for a in rest:
-        if type(a) is not Value:
-            modes.append(False)  # a weak scalar
-        elif a.shape == out.shape and not a.is_const:
-            modes.append(True)  # a computed or input value: a C-contiguous buffer
-        elif all(d == 1 for d in a.shape[:-1]):
-            modes.append(False)
-        else:
-            return None
-    return modes
+    return _blocks_of(out, rest, lambda a: all(d == 1 for d in a.shape[:-1]))
 
 
 def _image_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
     """For a conv2d, which computes its result in blocks of images (see
     ``nn.ImageEpilogue``), whether each other operand of the epilogue is read
-    by images (True: it has the result's shape) or whole (False: it has one
-    image or fewer dimensions, as a per-channel scale); None where the epilogue
-    can't run on runs of images."""
+    by images or whole (one image or fewer dimensions, as a per-channel scale);
+    None where the epilogue can't run on runs of images."""
     out = product.out
     if product.name != "conv2d" or out.ndim != 4:
         return None
-    modes = []
-    for a in rest:
-        if type(a) is not Value:
-            modes.append(False)  # a weak scalar
-        elif a.shape == out.shape and not a.is_const:
-            modes.append(True)  # a computed or input value: a C-contiguous buffer
-        elif a.ndim < out.ndim or a.shape[0] == 1:
-            modes.append(False)
-        else:
-            return None
-    return modes
+    return _blocks_of(out, rest, lambda a: a.ndim < out.ndim or a.shape[0] == 1)
 
 
 def _by_images(product_into: Any, n_product: int, modes: list[bool], ew: Any) -> Any:
