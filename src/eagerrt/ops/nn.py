@@ -268,7 +268,7 @@ def _on_blas_threads(work: Any, *args: Any, others: int = 1) -> None:
     each product, so they take the next one within microseconds, where the
     helper thread, asleep between kernels, takes tens to hundreds of
     microseconds to wake on these virtual cores (measured ResNet-18 at batch 1:
-    10.7-10.8 ms with its one-image convolutions' products on the pool, against
+    10.1-10.4 ms with its one-image convolutions' products on the pool, against
     12.3-13.0 ms split with the helper)."""
     if _cores_taken(others):
         _one_blas_thread(work, *args)
