@@ -352,6 +352,63 @@ CASES: dict[str, Case] = {
     ),
 }
 
+
+def _resize(
+    x: np.ndarray, scales: Any = None, sizes: Any = None, opset: int = 17, **attrs: Any
+) -> Case:
+    """Resize of ``x`` by ``scales`` or to ``sizes`` (the other input left empty)."""
+    inits: dict[str, np.ndarray] = {"roi": np.zeros(0, np.float32)}
+    names = ["x", "roi"]
+    if scales is not None:
+        inits["scales"] = np.asarray(scales, np.float32)
+        names.append("scales")
+    else:
+        inits["scales"] = np.zeros(0, np.float32)
+        inits["sizes"] = _i64(sizes)
+        names += ["scales", "sizes"]
+    return Case([helper.make_node("Resize", names, ["y"], **attrs)], {"x": x}, inits, opset)
+
+
+# Resize: what exporters write (PyTorch's nearest: asymmetric + floor; its bilinear:
+# pytorch_half_pixel or align_corners) and ONNX's defaults (half_pixel,
+# round_prefer_floor), up and down, by scales and to sizes, odd ratios included.
+IMAGE = _f32(2, 3, 5, 7)
+CASES.update(
+    {
+        "Resize-nearest-torch": _resize(
+            IMAGE, [1, 1, 2, 2], mode="nearest",
+            coordinate_transformation_mode="asymmetric", nearest_mode="floor",
+        ),
+        "Resize-nearest-defaults-down": _resize(IMAGE, sizes=[2, 3, 3, 4]),
+        "Resize-nearest-defaults-odd": _resize(IMAGE, [1, 1, 1.7, 0.6]),
+        "Resize-nearest-ceil-half-pixel": _resize(
+            IMAGE, sizes=[2, 3, 8, 11], nearest_mode="round_prefer_ceil"
+        ),
+        "Resize-nearest-ceil-mode": _resize(
+            IMAGE, [1, 1, 0.5, 1.5], coordinate_transformation_mode="asymmetric",
+            nearest_mode="ceil",
+        ),
+        "Resize-linear-torch": _resize(
+            IMAGE, [1, 1, 2, 2], mode="linear",
+            coordinate_transformation_mode="pytorch_half_pixel",
+        ),
+        "Resize-linear-align-corners": _resize(
+            IMAGE, sizes=[2, 3, 9, 4], mode="linear", coordinate_transformation_mode="align_corners"
+        ),
+        "Resize-linear-half-pixel-down": _resize(IMAGE, [1, 1, 0.6, 0.5], mode="linear"),
+        "Resize-linear-symmetric": _resize(
+            IMAGE, [1, 1, 1.5, 0.75], mode="linear",
+            coordinate_transformation_mode="half_pixel_symmetric", opset=19,
+        ),
+        "Resize-linear-to-one": _resize(  # one output row: pytorch_half_pixel samples row 0
+            IMAGE, sizes=[2, 3, 1, 10], mode="linear",
+            coordinate_transformation_mode="pytorch_half_pixel",
+        ),
+        "Resize-axes": _resize(IMAGE, [3.0, 0.5], mode="linear", axes=[3, 2], opset=18),
+        "Resize-1d-ints": _resize(np.array([[1, 5, -2, 7]], np.int32), [1, 2.5]),
+    }
+)  # fmt: skip
+
 # Older opsets' attribute forms, auto_pad and ceil_mode, and more of the shape ops.
 CASES.update(
     {
@@ -693,6 +750,32 @@ def test_unsupported_attribute_and_value_are_refused_at_load() -> None:
     assert "'MaxPool_0' (MaxPool): a 3-d window is not supported" in message
     message = _refused([helper.make_node("Relu", ["x"], ["y"], bogus=3)], x)
     assert "bogus" in message and "Relu takes no attributes" in message
+
+
+def test_resize_modes_it_cannot_match_are_refused_at_load() -> None:
+    x = {"x": _f32(1, 1, 4, 4)}
+    for attrs, expected in [
+        ({"mode": "cubic"}, "mode='cubic' is not supported"),
+        ({"antialias": 1}, "antialias=1 is not supported"),
+        ({"coordinate_transformation_mode": "tf_crop_and_resize"}, "tf_crop_and_resize"),
+        ({"keep_aspect_ratio_policy": "not_larger"}, "not_larger"),
+    ]:
+        case = _resize(x["x"], [1, 1, 2, 2], **attrs)
+        assert expected in _refused(case.nodes, x, initializers=case.initializers, opset=18)
+    old = [helper.make_node("Resize", ["x", "s"], ["y"])]
+    message = _refused(old, x, initializers={"s": np.array([1, 1, 2, 2], np.float32)}, opset=10)
+    assert "before opset 11" in message
+
+
+def test_resize_without_a_size_or_of_ints_linearly_fails_when_traced() -> None:
+    for case, match in [
+        (_resize(_i64([[1, 2]]), [1, 2], mode="linear"), "needs a float input"),
+        (_resize(_f32(1, 4), sizes=[]), "neither scales nor sizes"),
+        (_resize(_f32(1, 4), [1, 2, 2]), "3 axes|for 2 axes"),
+    ]:
+        model = ert.onnx.load(_model(case.nodes, case.inputs, ["y"], case.initializers))
+        with pytest.raises(ert.ArgumentError, match=match):
+            model.run(*case.inputs.values())
 
 
 def test_used_extra_output_and_foreign_domain_are_refused() -> None:

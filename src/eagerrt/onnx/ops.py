@@ -562,6 +562,121 @@ def _pad(xp: Any, node: Node, x: Any, pads: Any = None, value: Any = None, axes:
     return ert.pad(x, tuple(torch_pad), mode=mode, value=fill)
 
 
+# -- Resize -------------------------------------------------------------------------------
+#: Where output position ``x`` samples the input, per coordinate_transformation_mode,
+#: for an axis of ``n_in`` -> ``n_out`` at ``scale`` (all float32, as ONNX Runtime
+#: computes them, so nearest picks the same pixel at ties).
+_RESIZE_COORDS: dict[str, Callable[[np.ndarray, int, int, np.float32], np.ndarray]] = {
+    "asymmetric": lambda x, n_in, n_out, scale: x / scale,
+    "half_pixel": lambda x, n_in, n_out, scale: (x + np.float32(0.5)) / scale - np.float32(0.5),
+    "pytorch_half_pixel": lambda x, n_in, n_out, scale: (
+        (x + np.float32(0.5)) / scale - np.float32(0.5) if n_out > 1 else np.zeros_like(x)
+    ),
+    "align_corners": lambda x, n_in, n_out, scale: (
+        x * np.float32((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros_like(x)
+    ),
+    "half_pixel_symmetric": lambda x, n_in, n_out, scale: (
+        np.float32(n_in / 2) * (np.float32(1) - np.float32(n_out) / (scale * np.float32(n_in)))
+        + (x + np.float32(0.5)) / scale
+        - np.float32(0.5)
+    ),
+}
+
+#: nearest_mode: the input index a source position rounds to.
+_RESIZE_NEAREST: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "round_prefer_floor": lambda p: np.where(p - np.floor(p) == 0.5, np.floor(p), np.round(p)),
+    "round_prefer_ceil": lambda p: np.where(p - np.floor(p) == 0.5, np.ceil(p), np.round(p)),
+    "floor": np.floor,
+    "ceil": np.ceil,
+}
+
+
+def _resize_opset(node: Node) -> None:
+    if node.opset < 11:  # Resize-10 rounds and maps coordinates its own way
+        raise _refuse(node, "Resize before opset 11 is not supported")
+
+
+def _resize_scales(node: Node, x: Any, scales: Any, sizes: Any) -> list[tuple[int, int, Any]]:
+    """(axis, output length, scale) for each axis the Resize changes."""
+    axes = node.attr("axes")
+    chosen = list(range(x.ndim)) if axes is None else [_axis(a, x.ndim, node) for a in axes]
+    given_sizes = sizes is not None and np.asarray(sizes).size > 0
+    if given_sizes:
+        lengths = _ints(sizes)
+        if len(lengths) != len(chosen):
+            raise ArgumentError(f"{node.describe()}: {len(lengths)} sizes for {len(chosen)} axes")
+        # A scale's float32 value, as ONNX Runtime takes it from the sizes.
+        factors = [
+            np.float32(n) / np.float32(x.shape[a]) for a, n in zip(chosen, lengths, strict=True)
+        ]
+    else:
+        if scales is None or np.asarray(scales).size == 0:
+            raise ArgumentError(f"{node.describe()}: neither scales nor sizes is given")
+        factors = [np.float32(f) for f in np.asarray(scales, np.float32).reshape(-1)]
+        if len(factors) != len(chosen) or min(factors) <= 0:
+            raise ArgumentError(f"{node.describe()}: scales {list(factors)} for {len(chosen)} axes")
+        lengths = [
+            int(np.float32(x.shape[a]) * f)  # float32, truncated, as ONNX Runtime does
+            for a, f in zip(chosen, factors, strict=True)
+        ]
+    return [
+        (a, n, f)
+        for a, n, f in zip(chosen, lengths, factors, strict=True)
+        if n != x.shape[a] or f != 1
+    ]
+
+
+@_op(
+    "Resize",
+    attrs=[
+        "mode", "coordinate_transformation_mode", "nearest_mode", "axes", "antialias",
+        "keep_aspect_ratio_policy", "cubic_coeff_a", "exclude_outside", "extrapolation_value",
+    ],
+    inputs=(1, 4),
+    static=[1, 2, 3],
+    numpy=False,
+    check=_checks(
+        _resize_opset,
+        _one_of("mode", ["nearest", "linear"], "nearest"),
+        _one_of("coordinate_transformation_mode", list(_RESIZE_COORDS), "half_pixel"),
+        _one_of("nearest_mode", list(_RESIZE_NEAREST), "round_prefer_floor"),
+        _one_of("antialias", [0], 0),
+        _one_of("keep_aspect_ratio_policy", ["stretch"], "stretch"),
+    ),
+)  # fmt: skip
+def _resize(
+    xp: Any, node: Node, x: Any, roi: Any = None, scales: Any = None, sizes: Any = None
+) -> Any:
+    """Nearest or (multi)linear resizing, axis by axis: each axis gathers the
+    input rows its output positions sample (and, for linear, blends the two
+    around each), with ONNX's coordinate transform and rounding done here on
+    the static shapes."""
+    coords = _RESIZE_COORDS[node.attr("coordinate_transformation_mode", "half_pixel")]
+    linear = node.attr("mode", "nearest") == "linear"
+    if linear and x.dtype.kind != "f":
+        raise ArgumentError(
+            f"{node.describe()}: linear resizing needs a float input, got {x.dtype}"
+        )
+    nearest = _RESIZE_NEAREST[node.attr("nearest_mode", "round_prefer_floor")]
+    y = x
+    for axis, n_out, scale in _resize_scales(node, x, scales, sizes):
+        n_in = x.shape[axis]
+        source = coords(np.arange(n_out, dtype=np.float32), n_in, n_out, scale)
+        if not linear:
+            index = np.clip(nearest(source), 0, n_in - 1).astype(np.int64)
+            y = ert.take(y, ert.asarray(index), axis=axis)
+            continue
+        source = np.clip(source, 0, n_in - 1)
+        low = np.minimum(np.floor(source), n_in - 1).astype(np.int64)
+        high = np.minimum(low + 1, n_in - 1)
+        shape = [1] * x.ndim
+        shape[axis] = n_out
+        weight = ert.asarray((source - low).astype(x.dtype).reshape(shape))
+        below = ert.take(y, ert.asarray(low), axis=axis)
+        y = below + (ert.take(y, ert.asarray(high), axis=axis) - below) * weight
+    return y
+
+
 # -- reductions ---------------------------------------------------------------------------
 _REDUCE = {
     "ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
