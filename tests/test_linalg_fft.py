@@ -312,6 +312,66 @@ def test_failed_decomposition_fails_every_field_on_a_worker(clean_errors: None) 
     np.testing.assert_allclose(good.S.numpy(), np.ones(3))
 
 
+# -- einsum -------------------------------------------------------------------------------
+EINSUM_CASES = [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),  # a matrix product
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),  # attention's scores
+    ("i,j->ij", [(3,), (4,)]),  # outer
+    ("ii", [(3, 3)]),  # trace, implicit output
+    ("ii->i", [(4, 4)]),  # diagonal
+    ("ij->ji", [(2, 5)]),
+    ("ij,jk", [(3, 4), (4, 2)]),  # implicit: letters seen once, sorted
+    ("...ij,...jk->...ik", [(1, 3, 4), (2, 1, 4, 5)]),  # ellipses broadcast
+    ("...ij", [(2, 3, 4)]),  # implicit output keeps the ellipsis
+    ("ij->", [(3, 4)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+    (" bi , bj -> bij ", [(2, 3), (2, 4)]),  # spaces
+]
+
+
+@pytest.mark.parametrize("equation, shapes", EINSUM_CASES)
+def test_einsum_matches_numpy_eager_and_compiled(equation: str, shapes: list[Any]) -> None:
+    arrays = [rng.standard_normal(s) for s in shapes]
+    want = np.einsum(equation, *arrays)
+    got = ert.einsum(equation, *arrays)
+    assert got.shape == want.shape and got.dtype == want.dtype  # known at the call
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+    compiled = ert.function(lambda *xs: ert.einsum(equation, *xs) * 2)
+    np.testing.assert_allclose(compiled(*arrays).numpy(), want * 2, rtol=1e-12, atol=1e-12)
+
+
+def test_einsum_dtypes_follow_numpy() -> None:
+    a, b = np.arange(6).reshape(2, 3), rng.standard_normal((3, 2)).astype(np.float32)
+    assert ert.einsum("ij,jk->ik", a, a.T).dtype == np.einsum("ij,jk->ik", a, a.T).dtype
+    np.testing.assert_array_equal(ert.einsum("ij,jk->ik", a, a.T).numpy(), a @ a.T)
+    assert ert.einsum("ij,jk", b.T, b).dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "equation, shapes, error, match",
+    [
+        ("ij,jk->ik", [(3, 4)], ert.ShapeError, "2 operands, 1 given"),
+        ("ij,jk->ik", [(3, 4), (5, 2)], ert.ShapeError, "'j' has size 4 and 5"),
+        ("ijk->i", [(3, 4)], ert.ShapeError, "don't fit a 2-d operand"),
+        ("ij->ix", [(3, 4)], ert.ShapeError, "in no operand"),
+        ("ij->ii", [(3, 3)], ert.ShapeError, "repeats a subscript"),
+        ("i1->i", [(3, 3)], ert.ShapeError, "subscripts are letters"),
+        ("ii->i", [(3, 4)], ert.ShapeError, "'i' has size 3 and 4"),
+        ("...i,...i->...", [(2, 3), (4, 3)], ert.ShapeError, "broadcast"),
+    ],
+)
+def test_einsum_bad_equations_fail_at_the_call(
+    equation: str, shapes: list[Any], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        ert.einsum(equation, *(np.ones(s) for s in shapes))
+
+
+def test_einsum_equation_must_be_a_string() -> None:
+    with pytest.raises(ert.ArgumentError, match="must be a str"):
+        ert.einsum(3, np.ones(2))  # type: ignore[arg-type]
+
+
 # -- signatures ---------------------------------------------------------------------------
 P, K, PK = "positional-only", "keyword-only", "positional or keyword"
 SIGNATURES: dict[str, list[tuple[str, str]]] = {

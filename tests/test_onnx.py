@@ -409,6 +409,27 @@ CASES.update(
     }
 )  # fmt: skip
 
+
+def _einsum(equation: str, *shapes: tuple[int, ...]) -> Case:
+    names = [f"x{i}" for i in range(len(shapes))]
+    return Case(
+        [helper.make_node("Einsum", names, ["y"], equation=equation)],
+        {n: _f32(*s) for n, s in zip(names, shapes, strict=True)},
+    )
+
+
+CASES.update(
+    {
+        "Einsum-matmul": _einsum("ij,jk->ik", (3, 4), (4, 5)),
+        "Einsum-attention": _einsum("bhqd,bhkd->bhqk", (2, 3, 4, 5), (2, 3, 6, 5)),
+        "Einsum-implicit": _einsum("ij,jk", (3, 4), (4, 2)),
+        "Einsum-ellipsis": _einsum("...ij,...jk->...ik", (2, 3, 4), (2, 4, 5)),
+        "Einsum-transpose-sum": _einsum("ijk->ki", (2, 3, 4)),
+        "Einsum-diagonal": _einsum("ii->i", (4, 4)),
+        "Einsum-three": _einsum("ij,jk,kl->il", (2, 3), (3, 4), (4, 2)),
+    }
+)
+
 # Older opsets' attribute forms, auto_pad and ceil_mode, and more of the shape ops.
 CASES.update(
     {
@@ -752,7 +773,7 @@ def test_unsupported_attribute_and_value_are_refused_at_load() -> None:
     assert "bogus" in message and "Relu takes no attributes" in message
 
 
-def test_resize_modes_it_cannot_match_are_refused_at_load() -> None:
+def test_resize_modes_it_cannot_match_and_einsum_without_equation_are_refused() -> None:
     x = {"x": _f32(1, 1, 4, 4)}
     for attrs, expected in [
         ({"mode": "cubic"}, "mode='cubic' is not supported"),
@@ -762,6 +783,8 @@ def test_resize_modes_it_cannot_match_are_refused_at_load() -> None:
     ]:
         case = _resize(x["x"], [1, 1, 2, 2], **attrs)
         assert expected in _refused(case.nodes, x, initializers=case.initializers, opset=18)
+    no_equation = [helper.make_node("Einsum", ["x"], ["y"])]
+    assert "the equation attribute is missing" in _refused(no_equation, x)
     old = [helper.make_node("Resize", ["x", "s"], ["y"])]
     message = _refused(old, x, initializers={"s": np.array([1, 1, 2, 2], np.float32)}, opset=10)
     assert "before opset 11" in message

@@ -484,6 +484,16 @@ def _top_k(xp: Any, node: Node, x: Any, k: Any) -> Any:
     return ert.take_along_axis(x, indices, axis=axis), indices
 
 
+def _equation_given(node: Node) -> None:
+    if not isinstance(node.attr("equation"), str):
+        raise _refuse(node, "the equation attribute is missing")
+
+
+@_op("Einsum", attrs=["equation"], inputs=(1, 1 << 16), check=_equation_given)
+def _einsum(xp: Any, node: Node, *xs: Any) -> Any:
+    return xp.einsum(node.attr("equation"), *xs)
+
+
 @_op("Slice", attrs=["starts", "ends", "axes"], inputs=(1, 5), static=[1, 2, 3, 4])
 def _slice(
     xp: Any,

@@ -1,5 +1,5 @@
 """The Array API's linear algebra in the main namespace: ``matmul`` (the ``@``
-operator), ``tensordot``, ``vecdot`` and ``matrix_transpose``.
+operator), ``tensordot``, ``vecdot`` and ``matrix_transpose``; and ``einsum``.
 
 The ``linalg`` extension (``eagerrt.linalg``) builds on these.
 
@@ -22,12 +22,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .._core.config import config
-from .._core.errors import ShapeError
+from .._core.errors import ArgumentError, ShapeError
 from ..tensor import Tensor
 from ._rules import broadcast_shapes, normalize_axis, ufunc_dtype
 from .registry import GENERIC, define_op, exposes
 
-__all__ = ["matmul", "matrix_transpose", "tensordot", "vecdot"]
+__all__ = ["einsum", "matmul", "matrix_transpose", "tensordot", "vecdot"]
 
 
 def _tensor_operands(op: str, a: Any, b: Any) -> None:
@@ -271,3 +271,104 @@ def matrix_transpose(x: Any, /) -> Tensor:
            [3]])
     """
     return _matrix_transpose(x)
+
+
+# -- einsum ------------------------------------------------------------------------------
+def _einsum_terms(equation: str, count: int) -> tuple[list[str], str | None]:
+    """The operands' subscripts and the output's (None: implicit) of ``equation``."""
+    if not isinstance(equation, str):
+        raise ArgumentError(f"einsum's equation must be a str, got {type(equation).__name__}")
+    inputs, arrow, output = equation.replace(" ", "").partition("->")
+    terms = inputs.split(",")
+    if len(terms) != count:
+        raise ValueError(f"equation {equation!r} has {len(terms)} operands, {count} given")
+    for term in [*terms, output]:
+        letters = term.replace("...", "", 1)
+        if not all(c.isascii() and c.isalpha() for c in letters):
+            raise ValueError(f"equation {equation!r}: subscripts are letters and one '...'")
+    if arrow and len(set(output.replace("...", ""))) != len(output.replace("...", "")):
+        raise ValueError(f"equation {equation!r} repeats a subscript in its output")
+    return terms, output if arrow else None
+
+
+def _labelled(term: str, x: Any) -> tuple[str, tuple[int, ...], tuple[int, ...] | None]:
+    """A term's letters, their sizes in ``x``, and the dimensions its ellipsis
+    covers (None without one)."""
+    head, dots, tail = term.partition("...")
+    if (not dots and len(term) != x.ndim) or (dots and len(head) + len(tail) > x.ndim):
+        raise ValueError(f"subscripts {term!r} don't fit a {x.ndim}-d operand {x.shape}")
+    dims = x.shape[: len(head)] + x.shape[x.ndim - len(tail) :]
+    return head + tail, dims, x.shape[len(head) : x.ndim - len(tail)] if dots else None
+
+
+def _einsum_rule(*operands: Any, equation: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    if not operands:
+        raise ValueError("einsum needs at least one operand")
+    terms, output = _einsum_terms(equation, len(operands))
+    sizes: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    ellipses: list[tuple[int, ...]] = []
+    for term, x in zip(terms, operands, strict=True):
+        letters, dims, ellipsis = _labelled(term, x)
+        ellipses.append(ellipsis or ())
+        for letter, size in zip(letters, dims, strict=True):
+            if sizes.setdefault(letter, size) != size:
+                raise ValueError(
+                    f"subscript {letter!r} has size {sizes[letter]} and {size} in {equation!r}"
+                )
+            counts[letter] = counts.get(letter, 0) + 1
+    broadcast = broadcast_shapes(*ellipses)
+    if output is None:  # numpy's implicit output: the ellipsis, then letters seen once, sorted
+        output = "..." * bool(broadcast) + "".join(sorted(c for c, n in counts.items() if n == 1))
+    head, dots, tail = output.partition("...")
+    unknown = sorted(set(head + tail) - set(sizes))
+    if unknown:
+        raise ValueError(f"equation {equation!r}: output subscripts {unknown} are in no operand")
+    shape = (*(sizes[c] for c in head), *(broadcast if dots else ()), *(sizes[c] for c in tail))
+    return shape, np.result_type(*(x.dtype for x in operands))
+
+
+def _einsum_cost(
+    shape: tuple[int, ...], dtype: np.dtype[Any], /, *operands: Any, equation: str
+) -> float:
+    # Two flops for every combination of the subscripts (and ellipsis positions):
+    # one pass over all of them, which numpy's pairwise contraction order stays under.
+    sizes: dict[str, int] = {}
+    ellipses: list[tuple[int, ...]] = []
+    terms, _ = _einsum_terms(equation, len(operands))
+    for term, x in zip(terms, operands, strict=True):
+        letters, dims, ellipsis = _labelled(term, x)
+        sizes.update(zip(letters, dims, strict=True))
+        ellipses.append(ellipsis or ())
+    combinations = math.prod(sizes.values()) * math.prod(broadcast_shapes(*ellipses))
+    return config.op_overhead_ns + 2.0 * combinations * config.ns_per_flop
+
+
+_einsum = define_op(
+    "einsum",
+    _einsum_rule,
+    cost=_einsum_cost,
+    doc="Sums of products named by subscripts, as ``numpy.einsum``.",
+)
+_einsum.register_kernel(
+    GENERIC, lambda *arrays, equation: np.einsum(equation, *arrays, optimize=len(arrays) > 1)
+)
+
+
+def einsum(equation: str, /, *operands: Any) -> Tensor:
+    """Sums of products of ``operands`` over the subscripts ``equation`` names,
+    as ``numpy.einsum``: ``"ij,jk->ik"`` is a matrix product, ``"bhqd,bhkd->bhqk"``
+    attention's scores, ``"ii->i"`` a diagonal; ``...`` stands for broadcast
+    leading dimensions, and without ``->`` the output is the ellipsis then the
+    subscripts seen once, sorted. Shapes are checked at the call; numpy's
+    optimized contraction order (BLAS for the products) runs the kernel.
+
+    >>> import eagerrt as ert
+    >>> ert.einsum("ij,jk->ik", ert.ones((2, 3)), ert.ones((3, 4))).shape
+    (2, 4)
+    >>> ert.einsum("...ij->...ji", ert.zeros((5, 2, 3))).shape
+    (5, 3, 2)
+    >>> float(ert.einsum("ii", ert.asarray([[1.0, 2.0], [3.0, 4.0]])))
+    5.0
+    """
+    return _einsum(*operands, equation=equation)
