@@ -822,6 +822,24 @@ RECORDS.append(
     )
 )
 
+for _equation, _arity, _shapes in (
+    ("ij,jk->ik", 2, (((2, 3), (3, 4)), ((0, 3), (3, 2)))),
+    ("bij,bjk", 2, (((2, 2, 3), (2, 3, 4)),)),
+    ("...i,...i->...", 2, (((2, 3), (1, 3)), ((3,), (2, 3)))),
+    ("ii->i", 1, (((3, 3),),)),
+    ("ij->", 1, (((2, 3),), ((0, 2),))),
+):
+    RECORDS.append(
+        _rec(
+            f"einsum({_equation})",
+            _arity,
+            lambda *xs, eq=_equation: ert.einsum(eq, *xs),
+            lambda *xs, eq=_equation: np.einsum(eq, *xs),
+            ALL,
+            _shapes,
+            tol=16,
+        )
+    )
 
 # -- shape manipulation, indexing, casts ------------------------------------------------------
 _ANY_SHAPES = (((),), ((0,),), ((6,),), ((2, 3),), ((2, 0, 3),), ((3, 1, 4),))
