@@ -607,12 +607,20 @@ def _conv2d_winograd(
     done.expect(blocks)
     args = (x, u, b, g, out, blocks, done)
     flops = 32.0 * g.o * (g.c // g.groups) * per_image * g.n  # the products'
+    _run_blocks(_winograd_blocks, len(blocks), flops, g.n, *args)  # a batch: two blocks at least
+
+
+def _run_blocks(work: Any, count: int, flops: float, images: int, *args: Any) -> None:
+    """``work(*args, units, single)`` over a convolution's blocks [0, count):
+    on this thread with BLAS held to it below _SPLIT_FLOPS (see
+    _one_blas_thread); one image's here with their products on BLAS's threads
+    (see _on_blas_threads); a batch's shared with the helper thread."""
     if not _two_blas_threads() or flops < _SPLIT_FLOPS:
-        _one_blas_thread(_winograd_blocks, *args, range(len(blocks)))  # see _one_blas_thread
-    elif g.n == 1:  # one image: its blocks here, their products on BLAS's threads
-        _on_blas_threads(_winograd_blocks, *args, range(len(blocks)))
-    else:  # two blocks at least
-        _shared_by_two(_winograd_blocks, len(blocks), *args)
+        _one_blas_thread(work, *args, range(count))
+    elif images == 1:
+        _on_blas_threads(work, *args, range(count))
+    else:
+        _shared_by_two(work, count, *args)
 
 
 def _winograd_span(tw: int) -> int:
@@ -743,13 +751,8 @@ def _conv2d_gathered(
     done = done or _ImagesDone(None)
     done.expect(blocks)
     args = (x, wmat, bias, g, out, blocks, done)
-    if not _two_blas_threads() or 2.0 * g.o * taps * g.n * pixels < _SPLIT_FLOPS:
-        _one_blas_thread(_gathered_blocks, *args, range(len(blocks)))  # see _one_blas_thread
-    elif g.n == 1:  # one image: its blocks here, their products on BLAS's threads
-        _on_blas_threads(_gathered_blocks, *args, range(len(blocks)))
-    elif len(blocks) >= 2:
-        _shared_by_two(_gathered_blocks, len(blocks), *args)
-    else:
+    flops = 2.0 * g.o * taps * g.n * pixels
+    if len(blocks) == 1 < g.n and flops >= _SPLIT_FLOPS and _two_blas_threads():
         # Several small images in one block: its product split by output channels
         # with the helper thread, as a batch's other convolutions split their
         # blocks (one product on BLAS's pool leaves its threads spinning beside
@@ -759,6 +762,8 @@ def _conv2d_gathered(
         _rows_by_two(_gathered_channels, g.o // g.groups, wmat, cols, bias, res, g)
         _scatter(res, out, g, 0, g.n, 0, g.ho)
         done.finished(blocks[0])
+    else:
+        _run_blocks(_gathered_blocks, len(blocks), flops, g.n, *args)
 
 
 def _gather(x: np.ndarray, g: _Conv, n0: int, n1: int, r0: int, r1: int) -> np.ndarray:
@@ -848,6 +853,23 @@ _conv2d = define_op(
 _conv2d.register_kernel(GENERIC, _conv2d_kernel)
 
 
+def _geometry_and_u(
+    x: Any,
+    weight: Any,
+    bias: Any,
+    constant: np.ndarray | None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> tuple[_Conv, np.ndarray | None]:
+    """A graph-mode conv2d's geometry, and its Winograd weights where the weight
+    is a ``constant`` on the Winograd path (made once per weight array)."""
+    g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    u = _prepared_u(constant, g) if constant is not None and _winograd_fits(g) else None
+    return g, u
+
+
 @_conv2d.prepare("cpu")
 def _conv2d_constant_weight(
     constants: dict[int, np.ndarray],
@@ -862,11 +884,9 @@ def _conv2d_constant_weight(
 ) -> Any:
     """Graph mode: a constant weight on the Winograd path is transformed once,
     here, rather than on every call (3 ms a call for 512x512x3x3)."""
-    w = constants.get(1)
-    g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
-    if w is None or not _winograd_fits(g):
+    g, u = _geometry_and_u(x, weight, bias, constants.get(1), stride, padding, dilation, groups)
+    if u is None:
         return None
-    u = _prepared_u(w, g)
 
     def kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, **_: Any) -> Any:
         return _conv2d_run(x, weight, bias, g, u)
@@ -881,12 +901,7 @@ def conv2d_out_form(inputs: Sequence[Any], static: dict[str, Any], weight: Any =
     done. ``weight``: the weight's array where it is a constant (its Winograd
     transform is then made once, here)."""
     x, w, *rest = inputs
-    g = _conv_geometry(
-        x, w, rest[0] if rest else None,
-        static.get("stride", 1), static.get("padding", 0),
-        static.get("dilation", 1), static.get("groups", 1),
-    )  # fmt: skip
-    u = _prepared_u(weight, g) if weight is not None and _winograd_fits(g) else None
+    g, u = _geometry_and_u(x, w, rest[0] if rest else None, weight, **static)
 
     def with_bias(x: Any, w: Any, b: Any, out: Any, epilogue: Any = None) -> None:
         _conv2d_run(x, w, b, g, u, out, epilogue)
