@@ -331,6 +331,39 @@ def test_stats_track_queue_depth_and_pending_values(gate, eventually) -> None:
     assert eventually(lambda: ert.stats().queue_depth == 0 and ert.stats().pending_values == 0)
 
 
+def test_a_task_that_completed_its_result_no_longer_counts_as_busy(gate, eventually) -> None:
+    # Completing a result wakes its waiters (the event loop may start the next call
+    # at once) while the worker still runs what the completion set off. The next
+    # call's kernels must see the cores free, not taken by a finished task.
+    from eagerrt.devices.cpu import cpu
+
+    assert eventually(lambda: cpu.busy_besides_caller() == 0)
+    g = gate()
+    t = g()
+    in_callback, leave = threading.Event(), threading.Event()
+
+    def after_completion() -> None:  # runs on the worker, right after completion
+        in_callback.set()
+        leave.wait(10)
+
+    t.and_then(after_completion)
+    assert cpu.busy_besides_caller() == 1  # the gated kernel is running
+    g.open()
+    try:
+        assert in_callback.wait(10)
+        assert cpu.busy_besides_caller() == 0
+        assert ert.stats().queue_depth == 0
+    finally:
+        leave.set()
+    # Counted off once, not twice: the pool's count is exact for the next task.
+    g2 = gate()
+    t2 = g2()
+    assert eventually(lambda: cpu.busy_besides_caller() == 1)
+    g2.open()
+    assert t2.wait(10)
+    assert eventually(lambda: cpu.busy_besides_caller() == 0)
+
+
 def test_stats_count_unobserved_errors(clean_errors) -> None:
     bad = ert.take(ert.arange(5), ert.asarray([7]))
     assert ert.stats().unobserved_errors == 1

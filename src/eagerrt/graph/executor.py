@@ -26,6 +26,7 @@ from .._core.async_value import ERROR, PENDING, READY, AsyncValue
 from .._core.config import config
 from .._core.errors import Failure, SourceLine, user_line
 from .._core.scheduler import Task, count_inline, schedule
+from .._core.workers import stop_counting_as_busy
 from ..tensor import Tensor
 from .op_by_op import OpByOpPlan
 from .plan import Context, Plan, StepFailed
@@ -211,6 +212,7 @@ class _PlanTask(Task):
         except BaseException as exc:  # never leave the results pending
             _fail_all(results, Failure(self.plan.graph.name, self.site, exc))
             raise
+        stop_counting_as_busy()
         for r, value in zip(results, values, strict=True):
             r._complete(READY, value)
 
@@ -288,6 +290,7 @@ class _SegmentTask(Task):
             call.failure = call.failure or call.plan.failure(exc)
             done._complete(ERROR, call.failure)
             return
+        stop_counting_as_busy()
         done._complete(READY, None)
 
 
@@ -351,6 +354,7 @@ class _FinishTask(Task):
             except Exception as exc:
                 _fail_later(call, self.executor, plan.failure(exc), step=True)
                 return
+            stop_counting_as_busy()
             for r, value in zip(call.results, values, strict=True):
                 r._complete(READY, value)
         finally:

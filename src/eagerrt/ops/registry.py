@@ -48,6 +48,7 @@ from .._core.errors import (
     user_line,
 )
 from .._core.scheduler import Task, count_inline, schedule
+from .._core.workers import stop_counting_as_busy
 from ..devices import get_device
 from ..devices.base import Device
 from ..tensor import TRACED, Tensor, schedule_read
@@ -678,6 +679,7 @@ class _KernelTask(Task):
                 raise
             return
         self._done_reading()
+        stop_counting_as_busy()
         result._complete(READY, value)
 
     def _done_reading(self) -> None:
