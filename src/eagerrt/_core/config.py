@@ -72,6 +72,10 @@ class Config:
     #: is slowed to the workers' pace instead of queueing work, and the
     #: intermediate results that work holds, without bound.
     max_queued_tasks: int = 1024
+    #: The library for the heavy kernels' matrix products (``EAGERRT_BLAS``):
+    #: ``"auto"``, Intel's MKL where installed (``pip install 'eagerrt[mkl]'``),
+    #: else numpy's BLAS; ``"mkl"``, MKL or an error; ``"numpy"``, numpy's.
+    blas: str = "auto"
     #: Cost-model constants, in nanoseconds (see ``eagerrt.calibrate``): a tiny
     #: numpy call, a float32 add per element on 4 MB arrays, and a float32
     #: 256x256 matmul per flop, as measured on the reference machine.
@@ -124,6 +128,8 @@ class Config:
             self._update_limit()
 
     def __setattr__(self, name: str, value: object) -> None:
+        if name == "blas" and value not in _BLAS_CHOICES:
+            raise ValueError(f"config.blas must be one of {_BLAS_CHOICES}, got {value!r}")
         object.__setattr__(self, name, value)
         if name in ("sync", "inline_threshold_ns") and "_listeners" in self.__dict__:
             self._update_limit()
@@ -161,11 +167,13 @@ def _override(cfg: Config, changes: dict[str, object]) -> Iterator[Config]:
 
 
 _COST_FIELDS = frozenset({"op_overhead_ns", "ns_per_element", "ns_per_flop"})
+_BLAS_CHOICES = ("auto", "mkl", "numpy")
 
 config = Config(
     sync=_env_flag("EAGERRT_SYNC"),
     num_threads=_env_int("EAGERRT_NUM_THREADS", os.cpu_count() or 2),
     max_queued_tasks=_env_int("EAGERRT_MAX_QUEUED", 1024),
+    blas=os.environ.get("EAGERRT_BLAS", "").strip().lower() or "auto",
 )
 
 

@@ -40,6 +40,7 @@ from .._core.config import config
 from .._core.errors import ArgumentError
 from .._core.forking import renew_after_fork
 from ..tensor import Tensor
+from . import _blas
 from ._rules import as_float, normalize_axis, ufunc_dtype
 from .elementwise import scaled_cost
 from .registry import GENERIC, Op, call_error, define_op
@@ -191,19 +192,23 @@ def _one_blas_thread(work: Any, *args: Any) -> Any:
     The count is therefore held at 1 while any thread is in here, and the
     default restored by the last one out."""
     global _blas_single_holders
-    fn = _blas_local()
-    if fn is None:
-        return work(*args, False)
-    with _blas_single_lock:
-        _blas_single_holders += 1
-        fn(1)
+    mkl_saved = _blas.hold_to_one_thread()  # MKL's count is per thread: no bookkeeping
     try:
-        return work(*args, True)
-    finally:
+        fn = _blas_local()
+        if fn is None:
+            return work(*args, False)
         with _blas_single_lock:
-            _blas_single_holders -= 1
-            if _blas_single_holders == 0:
-                fn(_blas_default_threads)
+            _blas_single_holders += 1
+            fn(1)
+        try:
+            return work(*args, True)
+        finally:
+            with _blas_single_lock:
+                _blas_single_holders -= 1
+                if _blas_single_holders == 0:
+                    fn(_blas_default_threads)
+    finally:
+        _blas.release_thread_hold(mkl_saved)
 
 
 _helpers: Any = None  # a thread pool for kernels that split their work in two
@@ -280,7 +285,7 @@ def _one_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, others: int = 1)
     """``out[...] = a @ b`` as one BLAS call, on BLAS's own threads (see
     :func:`_on_blas_threads`). For products above _BLAS_ONE_THREAD, which BLAS
     would otherwise thread."""
-    _on_blas_threads(lambda single: np.matmul(a, b, out=out), others=others)
+    _on_blas_threads(lambda single: _blas.matmul(a, b, out), others=others)
 
 
 def _shared_by_two(work: Any, n: int, *args: Any) -> None:
@@ -522,7 +527,7 @@ def _plain_channels(
 ) -> None:
     """Output channels [o0, o1) of each group of a 1x1 stride-1 convolution."""
     for gi in range(wmat.shape[0]):
-        np.matmul(wmat[gi, o0:o1], xs[:, gi], out=outs[:, gi, o0:o1])
+        _blas.matmul(wmat[gi, o0:o1], xs[:, gi], outs[:, gi, o0:o1])
 
 
 #: A convolution with at least this many flops splits its work over two threads.
@@ -704,10 +709,8 @@ def _winograd_blocks(
         for k in range(n1 - n0):
             winograd_input(x[n0 + k], v, k * image, r0, r1, tw, span, g.ph, g.pw)
         for gi in range(g.groups):
-            np.matmul(
-                u[gi],
-                v[:, gi * cg : (gi + 1) * cg, :cols],
-                out=m[:, gi * og : (gi + 1) * og, :cols],
+            _blas.matmul(
+                u[gi], v[:, gi * cg : (gi + 1) * cg, :cols], m[:, gi * og : (gi + 1) * og, :cols]
             )
         for k in range(n1 - n0):
             winograd_output(m, out[n0 + k], bias, k * image, r0, r1, span)
@@ -816,7 +819,7 @@ def _gathered_blocks(
         else:
             dest = np.empty((g.o, cols.shape[2]), x.dtype)
         for gi in range(g.groups):
-            np.matmul(wmat[gi], cols[gi], out=dest[gi * og : (gi + 1) * og])
+            _blas.matmul(wmat[gi], cols[gi], dest[gi * og : (gi + 1) * og])
         if bias is not None:
             dest += bias[:, None]
         if n1 - n0 > 1:
@@ -838,7 +841,7 @@ def _gathered_channels(
     og = g.o // g.groups
     for gi in range(g.groups):
         rows = slice(gi * og + o0, gi * og + o1)
-        np.matmul(wmat[gi, o0:o1], cols[gi], out=res[rows])
+        _blas.matmul(wmat[gi, o0:o1], cols[gi], res[rows])
         if bias is not None:
             res[rows] += bias[rows, None]
 
@@ -1676,7 +1679,7 @@ def _linear_rows(
     for unit in units:
         start, stop = unit * _LINEAR_ROWS, min(m, (unit + 1) * _LINEAR_ROWS)
         rows = out2[start:stop]
-        np.matmul(x2[start:stop], wt, out=rows)
+        _blas.matmul(x2[start:stop], wt, rows)
         if bias is not None:
             rows += bias
         if epilogue is not None:

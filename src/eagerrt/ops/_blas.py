@@ -1,0 +1,224 @@
+"""The matrix products of eagerrt's heavy kernels: numpy's OpenBLAS, or Intel's MKL.
+
+numpy's bundled OpenBLAS serves by default. Where MKL is installed
+(``pip install 'eagerrt[mkl]'``, the PyPI ``mkl`` package), the products of
+linear layers go through its ``cblas_sgemm``/``cblas_dgemm`` instead: measured on
+the reference machine (2 cores), MiniLM's 24 linear products at batch 1 took
+11.3-12.3 ms through MKL against 15.9-16.9 ms through numpy's OpenBLAS, and
+MiniLM at batch 32, rows shared by two threads with one BLAS thread each,
+454-478 against 546-554 ms.
+
+``config.blas`` (``EAGERRT_BLAS``) chooses: ``"auto"`` (MKL where installed),
+``"mkl"`` (an error where it is not) or ``"numpy"``. MKL is loaded on the first
+product that could use it, never by ``import eagerrt``.
+
+>>> import numpy as np
+>>> from eagerrt.ops import _blas
+>>> a, b = np.ones((3, 4), np.float32), np.ones((5, 4), np.float32)
+>>> out = np.empty((3, 5), np.float32)
+>>> _blas.matmul(a, b.T, out)  # b.T read in place, as BLAS's transposed operand
+>>> out[0]
+array([4., 4., 4., 4., 4.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+from .._core.config import config
+from .._core.errors import EagerError
+from .._core.forking import renew_after_fork
+
+__all__ = ["MKLMissingError", "backend", "hold_to_one_thread", "matmul", "release_thread_hold"]
+
+#: Products smaller than this (m * n * k) stay with numpy: a ctypes call costs
+#: a few microseconds, as much as such a product.
+_MIN_WORK = 1 << 15
+
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+
+
+class MKLMissingError(EagerError, RuntimeError):
+    """``config.blas`` is ``"mkl"`` but MKL's runtime library was not found."""
+
+
+class _MKL:
+    """MKL's single dynamic library (``libmkl_rt``) through ctypes: ctypes calls
+    release the GIL, so products on two threads run in parallel."""
+
+    def __init__(self, path: str) -> None:
+        lib = ctypes.CDLL(path)
+        c_int, c_void = ctypes.c_int, ctypes.c_void_p
+        self.gemm: dict[np.dtype[Any], Any] = {}
+        self.gemm_batch: dict[np.dtype[Any], Any] = {}  # one call for equally strided products
+        for dtype, name, scalar in (
+            (np.dtype(np.float32), "s", ctypes.c_float),
+            (np.dtype(np.float64), "d", ctypes.c_double),
+        ):
+            fn = getattr(lib, f"cblas_{name}gemm")
+            fn.restype = None
+            fn.argtypes = [c_int] * 6 + [
+                scalar,
+                c_void,
+                c_int,
+                c_void,
+                c_int,
+                scalar,
+                c_void,
+                c_int,
+            ]
+            self.gemm[dtype] = fn
+            fn = getattr(lib, f"cblas_{name}gemm_batch_strided")
+            fn.restype = None
+            fn.argtypes = [c_int] * 6 + [scalar] + [c_void, c_int, c_int] * 2 + [scalar]
+            fn.argtypes += [c_void, c_int, c_int, c_int]
+            self.gemm_batch[dtype] = fn
+        # Per thread, unlike numpy's OpenBLAS (see nn._one_blas_thread): returns
+        # the count in force before, 0 meaning "MKL's global count".
+        self.set_local_threads = lib.MKL_Set_Num_Threads_Local
+        self.set_local_threads.restype = c_int
+        self.set_local_threads.argtypes = [c_int]
+        self.path = path
+
+
+_lock = threading.Lock()
+_mkl: _MKL | None = None
+_looked = False
+renew_after_fork(__name__, "_lock", threading.Lock)
+
+
+def _find_mkl() -> str | None:
+    """libmkl_rt where the ``mkl`` wheel puts it (the environment's lib/), or
+    where the dynamic loader would find it."""
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+        found = sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")))
+        if found:
+            return found[-1]
+    import ctypes.util
+
+    return ctypes.util.find_library("mkl_rt")
+
+
+def _load() -> _MKL | None:
+    global _mkl, _looked
+    with _lock:
+        if not _looked:
+            path = _find_mkl()
+            if path is not None:
+                # MKL's OpenMP threads spin this long (ms) after a product before
+                # sleeping. Intel's default, 200, kept them spinning beside
+                # eagerrt's own threads on a 2-core machine; 0 makes every
+                # product wake them (measured ResNet-18 at batch 1: 8.9-9.3 ms
+                # at 1, 9.2-12.2 at the default, 11.8-12.2 at 0). Read once,
+                # when the OpenMP runtime starts; a value set by the user stands.
+                os.environ.setdefault("KMP_BLOCKTIME", "1")
+                try:
+                    _mkl = _MKL(path)
+                except (OSError, AttributeError):  # not a usable MKL: stay with numpy
+                    _mkl = None
+            _looked = True
+    return _mkl
+
+
+def _active() -> _MKL | None:
+    """MKL if ``config.blas`` selects it and it is installed."""
+    choice = config.blas
+    if choice == "numpy":
+        return None
+    mkl = _mkl if _looked else _load()
+    if mkl is None and choice == "mkl":
+        raise MKLMissingError(
+            "config.blas is 'mkl' (EAGERRT_BLAS) but MKL's runtime library (libmkl_rt) "
+            "was not found: pip install 'eagerrt[mkl]', or set it to 'auto' or 'numpy'"
+        )
+    return mkl
+
+
+def backend() -> str:
+    """Which library computes the kernels' products now: ``"mkl"`` or ``"numpy"``.
+
+    >>> import eagerrt as ert
+    >>> from eagerrt.ops import _blas
+    >>> with ert.config.override(blas="numpy"):
+    ...     _blas.backend()
+    'numpy'
+    """
+    return "numpy" if _active() is None else "mkl"
+
+
+def _operand(a: np.ndarray) -> tuple[int, int] | None:
+    """(transpose flag, leading dimension) of a matrix (the last two axes) as
+    BLAS reads it in place, or None if its layout has no such form."""
+    item = a.itemsize
+    rows, cols = a.shape[-2:]
+    s0, s1 = a.strides[-2:]
+    if s1 == item and s0 % item == 0 and s0 // item >= max(1, cols):
+        return _NO_TRANS, s0 // item
+    if s0 == item and s1 % item == 0 and s1 // item >= max(1, rows):
+        return _TRANS, s1 // item
+    return None
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = a @ b``, as ``np.matmul(a, b, out=out)``: through MKL where it
+    is the backend and the product fits it (2-D, float32 or float64 throughout,
+    layouts BLAS reads in place, no overlap with ``out``, big enough to be worth
+    the call), else through numpy."""
+    mkl = _active()
+    if mkl is None or not _mkl_matmul(mkl, a, b, out):
+        np.matmul(a, b, out=out)
+
+
+def _mkl_matmul(mkl: _MKL, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """The product through MKL, if it fits (2-D, or 3-D with the same batch on
+    every operand); False, doing nothing, if not."""
+    dims = out.ndim
+    if a.ndim != dims or b.ndim != dims or dims not in (2, 3) or a.dtype not in mkl.gemm:
+        return False
+    if b.dtype != a.dtype or out.dtype != a.dtype or not out.flags.writeable:
+        return False
+    *batch, m, k = a.shape
+    n = b.shape[-1]
+    if m * n * k * (batch[0] if batch else 1) < _MIN_WORK:
+        return False
+    if dims == 3 and not (b.shape[0] == out.shape[0] == batch[0] > 0):
+        return False
+    ta, tb, oc = _operand(a), _operand(b), _operand(out)
+    if ta is None or tb is None or oc is None or oc[0] != _NO_TRANS:
+        return False
+    if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return False
+    item = a.itemsize
+    if dims == 2:
+        mkl.gemm[a.dtype](_ROW_MAJOR, ta[0], tb[0], m, n, k, 1.0, a.ctypes.data, ta[1],
+                          b.ctypes.data, tb[1], 0.0, out.ctypes.data, oc[1])  # fmt: skip
+        return True
+    strides = [x.strides[0] for x in (a, b, out)]
+    if any(s < 0 or s % item for s in strides):
+        return False
+    sa, sb, so = (s // item for s in strides)
+    mkl.gemm_batch[a.dtype](_ROW_MAJOR, ta[0], tb[0], m, n, k, 1.0, a.ctypes.data, ta[1], sa,
+                            b.ctypes.data, tb[1], sb, 0.0, out.ctypes.data, oc[1], so,
+                            batch[0])  # fmt: skip
+    return True
+
+
+def hold_to_one_thread() -> int | None:
+    """Hold MKL to this thread (where it is loaded): returns what
+    :func:`release_thread_hold` restores. MKL's count is the calling thread's own."""
+    mkl = _mkl if _looked or config.blas == "numpy" else _load()
+    return None if mkl is None else int(mkl.set_local_threads(1))
+
+
+def release_thread_hold(saved: int | None) -> None:
+    """Undo :func:`hold_to_one_thread`."""
+    mkl = _mkl
+    if mkl is not None and saved is not None:
+        mkl.set_local_threads(saved)
