@@ -177,6 +177,27 @@ def test_asking_for_mkl_where_it_is_missing_fails_clearly_on_await(monkeypatch) 
 
 
 @needs_mkl
+def test_mkl_keeps_to_intels_openmp_beside_pytorchs_gnu_openmp() -> None:
+    # Left to itself MKL joins an already loaded libgomp (PyTorch's), which then
+    # throttles every team's threads: PyTorch's own calls ran twice as slow.
+    pytest.importorskip("torch")
+    script = textwrap.dedent(
+        """
+        import numpy as np, torch, eagerrt as ert
+        torch.ones(64, 64) @ torch.ones(64, 64)  # GNU OpenMP loaded and running
+        x = np.ones((256, 256), np.float32)
+        ert.linear(x, x).numpy()
+        maps = open("/proc/self/maps").read()
+        print("gnu" if "libmkl_gnu_thread" in maps else "", "intel" if "libmkl_intel_thread" in maps else "")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MKL_THREADING_LAYER"}
+    ran = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["intel"]
+
+
+@needs_mkl
 def test_import_loads_no_mkl_and_the_users_openmp_setting_stands() -> None:
     script = textwrap.dedent(
         """
