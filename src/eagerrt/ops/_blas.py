@@ -1,12 +1,13 @@
 """The matrix products of eagerrt's heavy kernels: numpy's OpenBLAS, or Intel's MKL.
 
 numpy's bundled OpenBLAS serves by default. Where MKL is installed
-(``pip install 'eagerrt[mkl]'``, the PyPI ``mkl`` package), the products of
-linear layers go through its ``cblas_sgemm``/``cblas_dgemm`` instead: measured on
-the reference machine (2 cores), MiniLM's 24 linear products at batch 1 took
-11.3-12.3 ms through MKL against 15.9-16.9 ms through numpy's OpenBLAS, and
-MiniLM at batch 32, rows shared by two threads with one BLAS thread each,
-454-478 against 546-554 ms.
+(``pip install 'eagerrt[mkl]'``: the PyPI ``mkl`` wheel and its ``tbb``), the
+products of linear layers and convolutions go through its ``cblas_?gemm`` and
+``cblas_?gemm_batch_strided`` instead, with MKL's threads from oneTBB (see
+:func:`_open_with_tbb` for why not OpenMP). Measured on the reference machine
+(2 cores): MiniLM compiled at batch 1, 21.0-23.2 ms against 26.7-27.0 ms through
+numpy's OpenBLAS; at batch 32 (rows shared by two threads, one BLAS thread
+each), 461-471 against 528-541 ms.
 
 ``config.blas`` (``EAGERRT_BLAS``) chooses: ``"auto"`` (MKL where installed),
 ``"mkl"`` (an error where it is not) or ``"numpy"``. MKL is loaded on the first
@@ -46,20 +47,15 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 
 class MKLMissingError(EagerError, RuntimeError):
-    """``config.blas`` is ``"mkl"`` but MKL's runtime library was not found."""
+    """``config.blas`` is ``"mkl"`` but no usable MKL was found."""
 
 
 class _MKL:
     """MKL's single dynamic library (``libmkl_rt``) through ctypes: ctypes calls
     release the GIL, so products on two threads run in parallel."""
 
-    def __init__(self, path: str) -> None:
-        lib = ctypes.CDLL(path)
+    def __init__(self, lib: ctypes.CDLL, path: str) -> None:
         c_int, c_void = ctypes.c_int, ctypes.c_void_p
-        if "MKL_THREADING_LAYER" not in os.environ:  # the user's choice stands
-            lib.MKL_Set_Threading_Layer.restype = c_int
-            lib.MKL_Set_Threading_Layer.argtypes = [c_int]
-            lib.MKL_Set_Threading_Layer(_threading_layer(os.path.dirname(path)))
         self.gemm: dict[np.dtype[Any], Any] = {}
         self.gemm_batch: dict[np.dtype[Any], Any] = {}  # one call for equally strided products
         for dtype, name, scalar in (
@@ -68,16 +64,8 @@ class _MKL:
         ):
             fn = getattr(lib, f"cblas_{name}gemm")
             fn.restype = None
-            fn.argtypes = [c_int] * 6 + [
-                scalar,
-                c_void,
-                c_int,
-                c_void,
-                c_int,
-                scalar,
-                c_void,
-                c_int,
-            ]
+            fn.argtypes = [c_int] * 6 + [scalar, c_void, c_int, c_void, c_int]
+            fn.argtypes += [scalar, c_void, c_int]
             self.gemm[dtype] = fn
             fn = getattr(lib, f"cblas_{name}gemm_batch_strided")
             fn.restype = None
@@ -92,28 +80,38 @@ class _MKL:
         self.path = path
 
 
-_INTEL_OPENMP, _SEQUENTIAL = 0, 1  # MKL_THREADING_INTEL, MKL_THREADING_SEQUENTIAL
+_TBB = 4  # MKL_THREADING_TBB
 
 
-def _threading_layer(folder: str) -> int:
-    """MKL's threads from Intel's OpenMP runtime (the ``mkl`` wheel's
-    ``intel-openmp``), else none.
+def _open_with_tbb(path: str) -> ctypes.CDLL | None:
+    """libmkl_rt with its threads from oneTBB (the ``mkl`` wheel's ``tbb``), or
+    None where that layer can't be had.
 
-    Never GNU OpenMP, which MKL picks by itself where libgomp is already loaded
-    (PyTorch's): it then joins that library's pool, which starts a team for every
-    thread that calls MKL, and libgomp, counting more of its threads than cores,
-    stops spinning between parallel regions for everyone. Measured ResNet-18 at
-    batch 1 in one process with PyTorch: PyTorch's 9.5 ms became 17-20 ms, and
-    eagerrt's 11-12 became 13-16, until MKL ran on Intel's runtime. A layer whose
-    library is missing would end the process at the first product (MKL's
-    "fatal error"): hence the check for the files."""
+    Not OpenMP. MKL's default, Intel's OpenMP, resolves its ``omp_*`` calls in
+    the process's global scope, where PyTorch's libgomp comes first once torch
+    is imported: inside Intel's parallel regions every thread then read thread
+    number 0 and computed the same share (MiniLM's embeddings off by 0.21). GNU
+    OpenMP, which MKL picks by itself where libgomp is loaded, joins PyTorch's
+    pool: libgomp starts a team for each thread that calls MKL, counts more
+    threads than cores and stops spinning for all of them (PyTorch's ResNet-18
+    at batch 1, 9.5 -> 17-20 ms in the same process). oneTBB shares no symbols
+    with either, and its pool is measured as fast here: MiniLM at batch 1
+    21.0-23.2 ms against 26.7-27.0 through numpy's OpenBLAS.
 
-    def present(pattern: str) -> bool:
-        return bool(glob.glob(os.path.join(folder, pattern)))
-
-    if present("libiomp5.so*") and present("libmkl_intel_thread.so*"):
-        return _INTEL_OPENMP
-    return _SEQUENTIAL
+    The layer is asked for before MKL computes anything; where MKL answers with
+    another (someone else's MKL already running), eagerrt keeps to numpy. A
+    layer whose library is missing would end the process at the first product
+    (MKL's "fatal error"), hence the check for the files: oneTBB is loaded from
+    beside libmkl_rt by its path, as MKL's own loader would not find it there."""
+    folder = os.path.dirname(path)
+    tbb = sorted(glob.glob(os.path.join(folder, "libtbb.so.12*")))
+    if not tbb or not glob.glob(os.path.join(folder, "libmkl_tbb_thread.so*")):
+        return None
+    ctypes.CDLL(tbb[0])  # MKL's TBB layer needs libtbb.so.12: now it is loaded
+    lib = ctypes.CDLL(path)
+    lib.MKL_Set_Threading_Layer.restype = ctypes.c_int
+    lib.MKL_Set_Threading_Layer.argtypes = [ctypes.c_int]
+    return lib if lib.MKL_Set_Threading_Layer(_TBB) == _TBB else None
 
 
 _lock = threading.Lock()
@@ -140,15 +138,9 @@ def _load() -> _MKL | None:
         if not _looked:
             path = _find_mkl()
             if path is not None:
-                # MKL's OpenMP threads spin this long (ms) after a product before
-                # sleeping. Intel's default, 200, kept them spinning beside
-                # eagerrt's own threads on a 2-core machine; 0 makes every
-                # product wake them (measured ResNet-18 at batch 1: 8.9-9.3 ms
-                # at 1, 9.2-12.2 at the default, 11.8-12.2 at 0). Read once,
-                # when the OpenMP runtime starts; a value set by the user stands.
-                os.environ.setdefault("KMP_BLOCKTIME", "1")
                 try:
-                    _mkl = _MKL(path)
+                    lib = _open_with_tbb(path)
+                    _mkl = None if lib is None else _MKL(lib, path)
                 except (OSError, AttributeError):  # not a usable MKL: stay with numpy
                     _mkl = None
             _looked = True
@@ -164,7 +156,8 @@ def _active() -> _MKL | None:
     if mkl is None and choice == "mkl":
         raise MKLMissingError(
             "config.blas is 'mkl' (EAGERRT_BLAS) but MKL's runtime library (libmkl_rt) "
-            "was not found: pip install 'eagerrt[mkl]', or set it to 'auto' or 'numpy'"
+            "with its oneTBB threading layer was not found: pip install 'eagerrt[mkl]', "
+            "or set it to 'auto' or 'numpy'"
         )
     return mkl
 
