@@ -86,6 +86,26 @@ def test_batched_products_with_strided_operands(backend, mkl_calls) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_leading_dimensions_fold_into_the_rows_where_they_can(backend, mkl_calls) -> None:
+    # ONNX's form of a linear layer: (batch, length, k) @ (k, n).
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((2, 64, 96)).astype(np.float32)
+    w = rng.standard_normal((40, 96)).astype(np.float32)
+    out = np.empty((2, 64, 40), np.float32)
+    strided = np.empty((2, 64, 50), np.float32)[..., :40]  # rows 50 apart: still one matrix
+    swapped = np.swapaxes(rng.standard_normal((64, 2, 96)).astype(np.float32), 0, 1)
+    unfolded = np.empty((2, 64, 40), np.float32)  # swapped's rows are no one matrix
+    with ert.config.override(blas=backend):
+        _blas.matmul(a, w.T, out)
+        _blas.matmul(a, w.T, strided)
+        _blas.matmul(swapped, w.T, unfolded)
+    np.testing.assert_allclose(out, a @ w.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(strided, a @ w.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(unfolded, swapped @ w.T, rtol=1e-4, atol=1e-4)
+    assert mkl_calls == (["gemm", "gemm"] if backend == "mkl" else [])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_products_mkl_cannot_take_are_numpys(backend, mkl_calls) -> None:
     rng = np.random.default_rng(2)
     a = rng.standard_normal((64, 64))

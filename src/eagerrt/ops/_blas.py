@@ -193,8 +193,25 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     layouts BLAS reads in place, no overlap with ``out``, big enough to be worth
     the call), else through numpy."""
     mkl = _active()
+    if mkl is not None and b.ndim == 2 and a.ndim > 2 and out.ndim == a.ndim:
+        # (..., m, k) @ (k, n): one product over all leading dimensions, where
+        # they fold into the rows without a copy (a linear layer in ONNX form).
+        rows = a.size // max(1, a.shape[-1])
+        a2, out2 = _fold(a, (rows, a.shape[-1])), _fold(out, (rows, b.shape[1]))
+        if a2 is not None and out2 is not None and _mkl_matmul(mkl, a2, b, out2):
+            return
     if mkl is None or not _mkl_matmul(mkl, a, b, out):
         np.matmul(a, b, out=out)
+
+
+def _fold(a: np.ndarray, shape: tuple[int, int]) -> np.ndarray | None:
+    """``a`` as a 2-D view of ``shape``, or None where that needs a copy."""
+    view = a.view()
+    try:
+        view.shape = shape
+    except AttributeError:
+        return None
+    return view
 
 
 def _mkl_matmul(mkl: _MKL, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
