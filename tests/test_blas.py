@@ -82,7 +82,13 @@ def test_batched_products_with_strided_operands(backend, mkl_calls) -> None:
         _blas.matmul(u, v[:, 8:32, :70], m[:, 4:44, :70])
     np.testing.assert_allclose(m[:, 4:44, :70], u @ v[:, 8:32, :70], rtol=1e-4, atol=1e-4)
     assert not m[:, :4].any() and not m[:, 44:].any() and not m[:, :, 70:].any()
-    assert mkl_calls == (["gemm_batch"] if backend == "mkl" else [])
+    # One matrix for every batch entry: a 1x1 convolution's weights over its images.
+    w = rng.standard_normal((40, 24)).astype(np.float32)
+    images = np.zeros((3, 40, 90), np.float32)
+    with ert.config.override(blas=backend):
+        _blas.matmul(w, v[:3, 8:32, :], images)
+    np.testing.assert_allclose(images, w @ v[:3, 8:32, :], rtol=1e-4, atol=1e-4)
+    assert mkl_calls == (["gemm_batch"] * 2 if backend == "mkl" else [])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

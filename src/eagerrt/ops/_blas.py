@@ -200,6 +200,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         a2, out2 = _fold(a, (rows, a.shape[-1])), _fold(out, (rows, b.shape[1]))
         if a2 is not None and out2 is not None and _mkl_matmul(mkl, a2, b, out2):
             return
+    if mkl is not None and a.ndim == 2 and b.ndim == 3 == out.ndim:
+        # (m, k) @ (batch, k, n): one matrix for every batch entry (a grouped 1x1
+        # convolution's weights), read with a batch stride of 0.
+        a = np.broadcast_to(a, (b.shape[0], *a.shape))
     if mkl is None or not _mkl_matmul(mkl, a, b, out):
         np.matmul(a, b, out=out)
 
