@@ -54,7 +54,7 @@ class _MKL:
     """MKL's single dynamic library (``libmkl_rt``) through ctypes: ctypes calls
     release the GIL, so products on two threads run in parallel."""
 
-    def __init__(self, lib: ctypes.CDLL, path: str) -> None:
+    def __init__(self, lib: ctypes.CDLL) -> None:
         c_int, c_void = ctypes.c_int, ctypes.c_void_p
         self.gemm: dict[np.dtype[Any], Any] = {}
         self.gemm_batch: dict[np.dtype[Any], Any] = {}  # one call for equally strided products
@@ -77,7 +77,6 @@ class _MKL:
         self.set_local_threads = lib.MKL_Set_Num_Threads_Local
         self.set_local_threads.restype = c_int
         self.set_local_threads.argtypes = [c_int]
-        self.path = path
 
 
 _TBB = 4  # MKL_THREADING_TBB
@@ -140,7 +139,7 @@ def _load() -> _MKL | None:
             if path is not None:
                 try:
                     lib = _open_with_tbb(path)
-                    _mkl = None if lib is None else _MKL(lib, path)
+                    _mkl = None if lib is None else _MKL(lib)
                 except (OSError, AttributeError):  # not a usable MKL: stay with numpy
                     _mkl = None
             _looked = True
@@ -189,15 +188,17 @@ def _operand(a: np.ndarray) -> tuple[int, int] | None:
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``out[...] = a @ b``, as ``np.matmul(a, b, out=out)``: through MKL where it
-    is the backend and the product fits it (2-D, float32 or float64 throughout,
-    layouts BLAS reads in place, no overlap with ``out``, big enough to be worth
-    the call), else through numpy."""
+    is the backend and the product fits it (2-D; 3-D with one batch, or a 2-D
+    ``a`` over ``b``'s batch; ``(..., m, k) @ (k, n)`` folding into rows without
+    a copy; float32 or float64 throughout, layouts BLAS reads in place, no overlap
+    with ``out``, big enough to be worth the call), else through numpy."""
     mkl = _active()
     if mkl is not None and b.ndim == 2 and a.ndim > 2 and out.ndim == a.ndim:
         # (..., m, k) @ (k, n): one product over all leading dimensions, where
         # they fold into the rows without a copy (a linear layer in ONNX form).
         rows = a.size // max(1, a.shape[-1])
-        a2, out2 = _fold(a, (rows, a.shape[-1])), _fold(out, (rows, b.shape[1]))
+        a2 = view_without_copy(a, (rows, a.shape[-1]))
+        out2 = view_without_copy(out, (rows, b.shape[1]))
         if a2 is not None and out2 is not None and _mkl_matmul(mkl, a2, b, out2):
             return
     if mkl is not None and a.ndim == 2 and b.ndim == 3 == out.ndim:
@@ -208,8 +209,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.matmul(a, b, out=out)
 
 
-def _fold(a: np.ndarray, shape: tuple[int, int]) -> np.ndarray | None:
-    """``a`` as a 2-D view of ``shape``, or None where that needs a copy."""
+def view_without_copy(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``a`` as a view of ``shape``, or None where that needs a copy (what an
+    ``out=`` must never be: the result has to land in the real memory)."""
     view = a.view()
     try:
         view.shape = shape

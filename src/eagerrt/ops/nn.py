@@ -2047,8 +2047,9 @@ def _scratch(x: np.ndarray | _Heads, step: int) -> np.ndarray | None:
 def _view(a: np.ndarray, shape: Shape) -> np.ndarray:
     """``a`` reshaped without a copy (raises if that is impossible: an ``out=``
     must be the real memory)."""
-    v = a.view()
-    v.shape = shape
+    v = _blas.view_without_copy(a, shape)
+    if v is None:
+        raise AttributeError(f"an array of shape {a.shape} has no view of shape {shape}")
     return v
 
 
