@@ -1484,3 +1484,52 @@ def test_layer_and_group_norm_split_by_rows_over_two_threads(
     got = ert.group_norm(g, 7).numpy()
     gm = g.mean((2, 3), keepdims=True)
     close(got, (g - gm) / np.sqrt(g.var((2, 3), keepdims=True) + 1e-5), scale=5)
+
+
+def test_layer_norm_and_attention_write_into_a_given_buffer() -> None:
+    # Graph mode's out forms: the result lands in the plan's buffer, contiguous
+    # (written in place) or strided (computed apart, then copied in).
+    x, w, b = rand(3, 7, 10), rand(10), rand(10)
+    want = nn_ops._layer_norm_kernel(
+        x, w, b, normalized_shape=(10,), has_weight=True, has_bias=True, eps=1e-6
+    )
+    for out in (np.full((3, 7, 10), np.nan, np.float32), np.full((3, 7, 20), np.nan, np.float32)):
+        into = out if out.shape[-1] == 10 else out[..., ::2]
+        nn_ops.layer_norm_into(
+            x, w, b, into, normalized_shape=(10,), has_weight=True, has_bias=True, eps=1e-6
+        )
+        close(into, want)
+    q, k, v = rand(2, 3, 9, 8), rand(2, 3, 11, 8), rand(2, 3, 11, 5)
+    mask = RNG.random((2, 1, 1, 11)) > 0.3
+    want = ref_attention(q, k, v, mask=mask)
+    for out in (
+        np.full((2, 3, 9, 5), np.nan, np.float32),
+        np.full((2, 3, 9, 10), np.nan, np.float32),
+    ):
+        into = out if out.shape[-1] == 5 else out[..., ::2]
+        nn_ops.sdpa_into(q, k, v, mask, into)
+        close(into, want, scale=5)
+    nn_ops.sdpa_into(q, k, v, into, is_causal=True)  # no mask operand
+    close(into, ref_attention(q, k, v, causal=True), scale=5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_work_arrays_are_kept_per_thread_and_resized(
+    threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Layer after layer reuses one thread's work arrays; a call with bigger blocks
+    # gets bigger ones, and blocks over the limit are never kept.
+    monkeypatch.setattr(nn_ops, "_work_arrays", __import__("threading").local())
+    with ert.config.override(num_threads=threads):
+        for shape in [(1, 4, 16, 8), (2, 6, 40, 8), (1, 4, 16, 8), (2, 6, 40, 8)]:
+            qkv = rand(*shape[:1], shape[2], 3, shape[1], shape[3]).transpose(2, 0, 3, 1, 4)
+            got = nn_ops._sdpa_kernel(qkv[0], qkv[1], qkv[2])
+            close(got, ref_attention(qkv[0], qkv[1], qkv[2]), scale=5)
+    kept = nn_ops._work_arrays.kept
+    scores = kept["attention scores"]
+    assert scores.nbytes == 6 * 40 * 40 * 4  # blocks of half the 12 (batch, head) pairs
+    again = nn_ops._work_array("attention scores", (2, 5), np.dtype(np.float64))
+    assert np.shares_memory(again, scores)
+    monkeypatch.setattr(nn_ops, "_KEPT_WORK_BYTES", 64)
+    big = nn_ops._work_array("attention scores", (100,), np.dtype(np.float32))
+    assert not np.shares_memory(big, kept["attention scores"])

@@ -284,3 +284,31 @@ def test_synchronize_returns_after_multi_segment_calls_and_their_replays(gate: A
             ert.synchronize(timeout=10)
         assert good.is_ready() and bad.is_error()
         ert.synchronize(timeout=30)  # nothing left: returns at once
+
+
+def test_layer_norm_and_attention_write_into_the_plans_buffers() -> None:
+    # Their out forms: no fresh result array a call, and the same values as eager.
+    rng = np.random.default_rng(3)
+    w, b = (
+        ert.asarray(rng.standard_normal(16).astype("float32")),
+        ert.asarray(np.ones(16, "float32")),
+    )
+
+    def layer(x: ert.Tensor, keys: ert.Tensor) -> ert.Tensor:
+        h = ert.layer_norm(x, (16,), w, b)
+        heads = ert.permute_dims(ert.reshape(h, (2, 5, 2, 8)), (0, 2, 1, 3))
+        context = ert.scaled_dot_product_attention(heads, heads, heads, keys)
+        return ert.layer_norm(
+            ert.reshape(ert.permute_dims(context, (0, 2, 1, 3)), (2, 5, 16)), (16,)
+        )
+
+    x = ert.asarray(rng.standard_normal((2, 5, 16)).astype("float32"))
+    keys = ert.asarray(rng.random((2, 1, 1, 5)) > 0.3)
+    compiled = ert.function(layer)
+    plan = compiled.compiled_for(x, keys).plan
+    forms = {s.node.name: s.out_kernel is not None for s in plan.steps}
+    assert forms["layer_norm"] and forms["scaled_dot_product_attention"]
+    for _ in range(3):
+        np.testing.assert_allclose(
+            compiled(x, keys).numpy(), layer(x, keys).numpy(), rtol=1e-5, atol=1e-5
+        )

@@ -10,6 +10,7 @@ dtype is the ufunc's own result type, so writing into ``out`` changes nothing).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -147,9 +148,30 @@ def _conv2d_out(node: Node) -> OutKernel | None:
     return conv2d_out_form(node.inputs, node.static, w.const if w.is_const else None)
 
 
+def _layer_norm_out(node: Node) -> OutKernel | None:
+    """layer_norm into the plan's buffer (its static arguments bound here: out
+    forms get the arrays only)."""
+    if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
+        return None
+    from ..ops.nn import layer_norm_into
+
+    return functools.partial(layer_norm_into, **node.static)
+
+
+def _attention_out(node: Node) -> OutKernel | None:
+    """scaled_dot_product_attention into the plan's buffer."""
+    if any(type(a) is not Value for a in node.inputs):
+        return None
+    from ..ops.nn import sdpa_into
+
+    return functools.partial(sdpa_into, **node.static)
+
+
 _TABLE: dict[str, Callable[[Node], OutKernel | None]] = {
     "conv2d": _conv2d_out,
+    "layer_norm": _layer_norm_out,
     "linear": _linear_out,
+    "scaled_dot_product_attention": _attention_out,
     "relu": _relu_out,
     "matmul": _matmul_out,
     "softmax": _softmax_out,

@@ -1443,20 +1443,37 @@ def _layer_norm_rule(
     return input.shape, input.dtype
 
 
-def _normalize(x: np.ndarray, cols: int, weight: Any, bias: Any, eps: float) -> np.ndarray:
-    """Rows of ``cols`` values normalized (numba), then scaled and shifted."""
+def _normalize(
+    x: np.ndarray, cols: int, weight: Any, bias: Any, eps: float, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Rows of ``cols`` values normalized (numba), then scaled and shifted; into
+    ``out`` (``x``'s shape) when given, else into a new array."""
+    rows = np.ascontiguousarray(x).reshape(-1, cols)
+    if out is None or not out.flags.c_contiguous:
+        result = np.empty_like(rows)
+        _normalize_rows_into(rows, result, weight, bias, eps)
+        if out is None:
+            return result.reshape(x.shape)
+        out[...] = result.reshape(x.shape)  # a strided buffer: copied in
+        return out
+    _normalize_rows_into(rows, _view(out, rows.shape), weight, bias, eps)
+    return out
+
+
+def _normalize_rows_into(
+    rows: np.ndarray, out: np.ndarray, weight: Any, bias: Any, eps: float
+) -> None:
+    """``out[:] =`` the (rows, cols) ``rows`` normalized, scaled and shifted."""
     from ._numba_nn import normalize_rows
 
-    rows = np.ascontiguousarray(x).reshape(-1, cols)
-    out = np.empty_like(rows)
-    w = np.ones(cols, x.dtype) if weight is None else np.ascontiguousarray(weight).reshape(cols)
-    b = np.zeros(cols, x.dtype) if bias is None else np.ascontiguousarray(bias).reshape(cols)
+    cols, dtype = rows.shape[1], rows.dtype
+    w = np.ones(cols, dtype) if weight is None else np.ascontiguousarray(weight).reshape(cols)
+    b = np.zeros(cols, dtype) if bias is None else np.ascontiguousarray(bias).reshape(cols)
     if rows.size >= _NORMALIZE_SPLIT and config.num_threads >= 2:
         # Rows are independent, and numba releases the GIL: blocks of them on two threads.
         _rows_by_two(_normalize_block, rows.shape[0], rows, out, w, b, eps)
     elif rows.size:
         normalize_rows(rows, out, w, b, eps)
-    return out.reshape(x.shape)
 
 
 #: Values a normalization shares between two threads from (measured: 128 x 384 take
@@ -1491,6 +1508,22 @@ def _layer_norm_kernel(
     weight, bias = _affine(affine, has_weight, has_bias)
     cols = math.prod(_normalized_shape(normalized_shape))
     return _normalize(x, cols, weight, bias, float(eps))
+
+
+def layer_norm_into(
+    x: np.ndarray,
+    *affine_and_out: np.ndarray,
+    normalized_shape: Any = (),
+    has_weight: bool = False,
+    has_bias: bool = False,
+    eps: float = 1e-5,
+) -> None:
+    """The layer norm kernel writing into a compiled plan's buffer (the last
+    array): no fresh output to allocate and fault in on every call."""
+    *affine, out = affine_and_out
+    weight, bias = _affine(tuple(affine), has_weight, has_bias)
+    cols = math.prod(_normalized_shape(normalized_shape))
+    _normalize(x, cols, weight, bias, float(eps), out)
 
 
 _layer_norm = define_op(
@@ -2037,11 +2070,36 @@ def _key_mask(mask: np.ndarray, batch: Shape) -> _KeyMask | None:
     return _KeyMask(np.ascontiguousarray(mask.reshape(mask.shape[0], mask.shape[3])), batch[1])
 
 
-def _scratch(x: np.ndarray | _Heads, step: int) -> np.ndarray | None:
+def _scratch(x: np.ndarray | _Heads, step: int, slot: str) -> np.ndarray | None:
     """A block's buffer for an operand the blocks copy (None for the others)."""
     if not isinstance(x, _Heads):
         return None
-    return np.empty((step, *x.view.shape[-2:]), x.view.dtype)
+    return _work_array(slot, (step, *x.view.shape[-2:]), x.view.dtype)
+
+
+_work_arrays = threading.local()
+
+#: Work arrays up to this many bytes are kept per thread between calls.
+_KEPT_WORK_BYTES = 1 << 22
+
+
+def _work_array(slot: str, shape: Shape, dtype: np.dtype[Any]) -> np.ndarray:
+    """An uninitialized array of ``shape``: this thread's kept one for ``slot``
+    where it is small enough. Attention runs every layer of a transformer with
+    the same work arrays; fresh ones are fresh pages, faulted in and cold in
+    cache each call (measured MiniLM at batch 1: 550 against 620-730 us an
+    attention in the model). Each slot holds one array per thread, and a
+    kernel takes each slot once, so no two live users share one."""
+    size = math.prod(shape) * dtype.itemsize
+    if size > _KEPT_WORK_BYTES:
+        return np.empty(shape, dtype)
+    kept: dict[str, np.ndarray] | None = getattr(_work_arrays, "kept", None)
+    if kept is None:
+        kept = _work_arrays.kept = {}
+    buffer = kept.get(slot)
+    if buffer is None or buffer.nbytes < size:
+        buffer = kept[slot] = np.empty(size, np.uint8)
+    return buffer[:size].view(dtype).reshape(shape)
 
 
 def _view(a: np.ndarray, shape: Shape) -> np.ndarray:
@@ -2099,9 +2157,9 @@ def _attend(
     source, embed = (kb.view if isinstance(kb, _Heads) else kb).shape[-2:]
     dtype = out.dtype
     block = min(n, step)
-    scores = np.empty((block, length, source), dtype)
-    keys = np.empty((block, embed, source), dtype)
-    buffers = [_scratch(x, block) for x in (qb, kb, vb)]
+    scores = _work_array("attention scores", (block, length, source), dtype)
+    keys = _work_array("attention keys", (block, embed, source), dtype)
+    buffers = [_scratch(x, block, f"attention {i}") for i, x in enumerate((qb, kb, vb))]
     neg_inf = dtype.type(-np.inf)
     for unit in units:
         c0, c1 = unit * step, min(n, (unit + 1) * step)
@@ -2129,13 +2187,44 @@ def _sdpa_kernel(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> np.ndarray:
+    return _attention(q, k, v, mask, None, is_causal, scale, enable_gqa)
+
+
+def sdpa_into(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *mask_and_out: np.ndarray,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> None:
+    """Attention writing into a compiled plan's buffer (the last array): no
+    fresh output to allocate and fault in on every call."""
+    *mask, out = mask_and_out
+    _attention(q, k, v, mask[0] if mask else None, out, is_causal, scale, enable_gqa)
+
+
+def _attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None,
+    into: np.ndarray | None,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> np.ndarray:
+    """The attention kernel; into ``into`` (the result's shape) when given."""
     g = _attention_geometry(q, k, v, mask, is_causal, enable_gqa)
     qb = _as_batch(q, g.batch, 1)
     kb = _as_batch(k, g.batch, g.kv_repeat)
     vb = _as_batch(v, g.batch, g.kv_repeat)
     scale = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
     n = math.prod(g.batch)
-    out = np.empty((n, g.length, g.value_embed), q.dtype)
+    shape = (n, g.length, g.value_embed)
+    direct = into is not None and into.flags.c_contiguous and into.dtype == q.dtype
+    out = _view(into, shape) if direct else np.empty(shape, q.dtype)  # type: ignore[arg-type]
     masks: np.ndarray | _KeyMask | None = None
     if mask is not None and mask.dtype == np.bool_:
         # Inverted once, on the mask as given (not per block, broadcast); a mask
@@ -2160,7 +2249,11 @@ def _sdpa_kernel(
         _shared_by_two(_attend, blocks, *args)
     else:
         _one_blas_thread(_attend, *args, range(blocks))
-    return out.reshape(*g.batch, g.length, g.value_embed)
+    result = out.reshape(*g.batch, g.length, g.value_embed)
+    if into is None or direct:
+        return result
+    into[...] = result
+    return into
 
 
 _sdpa = define_op(
