@@ -411,6 +411,41 @@ def test_linear_and_conv2d_epilogues() -> None:
     compare(f, x, img)
 
 
+@pytest.mark.parametrize("rows", [16, 700])  # one product, or rows shared by two threads
+def test_linear_bias_is_added_in_the_epilogue_pass(rows: int) -> None:
+    # The bias becomes an operand of the fused loop: the product is written without
+    # it and the loop adds it as it reads each element (one pass, not two), also
+    # where the epilogue reads the bias itself too.
+    from eagerrt.ops import nn as nn_ops
+
+    w, b = ert.asarray(W.T.copy()), ert.asarray(B)
+
+    def layers(x: Any, y: Any, skip: Any) -> Any:
+        return ert.gelu(ert.linear(x, w, b)) + skip, ert.linear(y, w, b) * b
+
+    x, y = (arr(rng.standard_normal((rows, 32)), "float32") for _ in range(2))
+    skip = arr(rng.standard_normal((rows, 64)), "float32")
+    biases: list[Any] = []
+    real = nn_ops.linear_into
+
+    def spy(x: Any, weight: Any, bias: Any, out: Any, epilogue: Any = None) -> None:
+        biases.append(bias)
+        real(x, weight, bias, out, epilogue)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nn_ops, "linear_into", spy)  # the plan's out forms bind it as they compile
+        f = ert.function(layers)
+        assert fused_names(f, x, y, skip) == ["fused[linear,gelu,add]", "fused[linear,multiply]"]
+        for node in f.compiled_for(x, y, skip).graph.nodes:
+            assert [a.shape for a in node.inputs[:2]] == [(rows, 32), (64, 32)]  # no bias
+            assert any(a.shape == (64,) for a in node.inputs[2:])  # the bias, read by the loop
+        compare(f, x, y, skip)
+        biases.clear()  # the eager run's, with its bias
+        for t in f(x, y, skip):
+            t.numpy()
+    assert len(biases) == 2 and all(bias is None for bias in biases)
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_conv2d_epilogue_runs_on_images_as_they_are_done(
     batch: int, monkeypatch: pytest.MonkeyPatch

@@ -208,12 +208,32 @@ def _wrapper(
     return namespace["out_kernel"]
 
 
+def _foldable_bias(product: Node, value: Value) -> Value | None:
+    """A linear's bias the epilogue can add as it reads the product (a (n,)
+    vector of the product's dtype), or None."""
+    if product.name != "linear" or len(product.inputs) != 3:
+        return None
+    bias = product.inputs[2]
+    if type(bias) is not Value or bias.shape != value.shape[-1:] or bias.dtype != value.dtype:
+        return None
+    return bias
+
+
 def _fuse(group: list[Node], value: Value) -> Node | None:
     product = value.node
     assert product is not None
     inputs = group_inputs(group)
+    bias = _foldable_bias(product, value)
+    if bias is not None:
+        # The product without its bias (a throwaway node, for its kernels), and the
+        # bias added by the epilogue's loop: one pass over the result, not two
+        # (measured MiniLM at batch 1: 50 us a layer's linear, the bias's own pass).
+        product = Node(product.op, product.inputs[:2], product.static, [Value(
+            value.shape, value.dtype, value.device, site=value.site)], site=product.site)  # fmt: skip
+        if all(not (type(a) is Value and a.id == bias.id) for a in inputs):
+            inputs.append(bias)
     slot = inputs.index(value)
-    program = build_program(group, inputs)
+    program = build_program(group, inputs, None if bias is None else (value, bias))
     if program is None:
         return None
     rest = inputs[:slot] + inputs[slot + 1 :]

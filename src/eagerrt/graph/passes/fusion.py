@@ -302,8 +302,15 @@ class ElementwiseProgram:
         return HEADER + self.helpers + "\n\n" + "\n".join(lines) + "\n"
 
 
-def build_program(group: list[Node], inputs: list[Any] | None = None) -> ElementwiseProgram | None:
-    """The scalar code for ``group`` (None if some node has no exact form)."""
+def build_program(
+    group: list[Node],
+    inputs: list[Any] | None = None,
+    biased: tuple[Value, Value] | None = None,
+) -> ElementwiseProgram | None:
+    """The scalar code for ``group`` (None if some node has no exact form).
+    With ``biased`` = (value, bias), both among ``inputs``, the group reads
+    ``value + bias`` wherever it reads ``value``: a linear layer's bias added
+    in its epilogue's pass instead of a pass of its own."""
     if inputs is None:
         inputs = group_inputs(group)
     emitter = ScalarEmitter()
@@ -311,6 +318,12 @@ def build_program(group: list[Node], inputs: list[Any] | None = None) -> Element
     for j, a in enumerate(inputs):
         key = a.id if type(a) is Value else ("s", type(a), repr(a))
         known[key] = _operand(a, f"x{j}")
+    if biased is not None:
+        value, bias = biased
+        added = emitter.node("add", [known[value.id], known[bias.id]], {}, value.dtype)
+        if added is None:
+            return None
+        known[value.id] = added
     names = []
     builtin = _builtin_ops()
     result: Operand | None = None
