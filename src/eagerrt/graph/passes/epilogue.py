@@ -228,9 +228,9 @@ def _fuse(group: list[Node], value: Value) -> Node | None:
         # The product without its bias (a throwaway node, for its kernels), and the
         # bias added by the epilogue's loop: one pass over the result, not two
         # (measured MiniLM at batch 1: 50 us a layer's linear, the bias's own pass).
-        product = Node(product.op, product.inputs[:2], product.static, [Value(
-            value.shape, value.dtype, value.device, site=value.site)], site=product.site)  # fmt: skip
-        if all(not (type(a) is Value and a.id == bias.id) for a in inputs):
+        bare = Value(value.shape, value.dtype, value.device, site=value.site)
+        product = Node(product.op, product.inputs[:2], product.static, [bare], site=product.site)
+        if not any(a is bias for a in inputs):  # unless the epilogue reads the bias too
             inputs.append(bias)
     slot = inputs.index(value)
     program = build_program(group, inputs, None if bias is None else (value, bias))
