@@ -1518,8 +1518,10 @@ def test_attention_work_arrays_are_kept_per_thread_and_resized(
     threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Layer after layer reuses one thread's work arrays; a call with bigger blocks
-    # gets bigger ones, and blocks over the limit are never kept.
+    # gets bigger ones, and blocks over the limit are never kept. (The blocked
+    # form's arrays: the shared pool's form, where it runs, is turned off here.)
     monkeypatch.setattr(nn_ops, "_work_arrays", __import__("threading").local())
+    monkeypatch.setattr(nn_ops, "_pool_ready", lambda: False)
     with ert.config.override(num_threads=threads):
         for shape in [(1, 4, 16, 8), (2, 6, 40, 8), (1, 4, 16, 8), (2, 6, 40, 8)]:
             qkv = rand(*shape[:1], shape[2], 3, shape[1], shape[3]).transpose(2, 0, 3, 1, 4)
@@ -1533,3 +1535,100 @@ def test_attention_work_arrays_are_kept_per_thread_and_resized(
     monkeypatch.setattr(nn_ops, "_KEPT_WORK_BYTES", 64)
     big = nn_ops._work_array("attention scores", (100,), np.dtype(np.float32))
     assert not np.shares_memory(big, kept["attention scores"])
+
+
+# -- attention on the shared pool ---------------------------------------------------------
+def pool_or_skip() -> None:
+    from eagerrt.ops import _shared_pool
+
+    if not _shared_pool.ready():
+        pytest.skip("MKL on oneTBB (the mkl extra) with numba's loops on oneTBB is not here")
+
+
+def heads_from_projection(
+    batch: int, length: int, heads: int, embed: int, dtype: Any = np.float32
+) -> list[np.ndarray]:
+    """q, k, v as a model splits them out of one fused projection: strided views."""
+    qkv = rand(batch, length, 3 * heads * embed, dtype=dtype)
+    return [
+        qkv[..., i * heads * embed : (i + 1) * heads * embed]
+        .reshape(batch, length, heads, embed)
+        .transpose(0, 2, 1, 3)
+        for i in range(3)
+    ]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_on_the_shared_pool_matches_the_reference(
+    dtype: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every form the pool's kernel takes: plain, causal, key-padding masks of one
+    # or every batch item, grouped-query heads, heads strided in a projection,
+    # a broadcast batch, 3-d and 2-d inputs; and each call went to that kernel.
+    pool_or_skip()
+    from eagerrt.ops import _numba_nn
+
+    calls = []
+    kernel = _numba_nn.attention_heads
+    monkeypatch.setattr(_numba_nn, "attention_heads", lambda *a: calls.append(1) or kernel(*a))
+    q, k, v = (
+        rand(2, 4, 9, 8, dtype=dtype),
+        rand(2, 4, 11, 8, dtype=dtype),
+        rand(2, 4, 11, 5, dtype=dtype),
+    )
+    mask = RNG.random((2, 1, 1, 11)) > 0.3
+    mask[1, ..., :] = False  # batch item 1 attends to nothing: zeros, as PyTorch
+    kg, vg = k[:, :2], v[:, :2]
+    qs, ks, vs = heads_from_projection(2, 11, 4, 8, dtype)
+    cases = [
+        ((q, k, v), {}, ref_attention(q, k, v)),
+        ((q, k, v), {"is_causal": True}, ref_attention(q, k, v, causal=True)),
+        ((q, k, v, mask), {}, ref_attention(q, k, v, mask=mask)),
+        ((q, k, v, mask[:1]), {}, ref_attention(q, k, v, mask=mask[:1])),
+        (
+            (q, kg, vg),
+            {"enable_gqa": True},
+            ref_attention(q, np.repeat(kg, 2, 1), np.repeat(vg, 2, 1)),
+        ),
+        ((qs, ks, vs), {}, ref_attention(qs, ks, vs)),
+        ((q, k[:1], v[:1]), {"scale": 0.3}, ref_attention(q, k[:1], v[:1], scale=0.3)),
+        ((q[0], k[0], v[0]), {}, ref_attention(q[0], k[0], v[0])),
+        ((q[0, 0], k[0, 0], v[0, 0]), {}, ref_attention(q[0, 0], k[0, 0], v[0, 0])),
+    ]
+    for args, kwargs, want in cases:
+        close(nn_ops._sdpa_kernel(*args, **kwargs), want, dtype=dtype, scale=5)
+    assert len(calls) == len(cases)
+
+
+def test_attention_on_the_shared_pool_writes_into_a_strided_buffer_in_place() -> None:
+    # A plan's buffer in merged-heads layout (B, L, H, E) seen as (B, H, L, E):
+    # written where it lies, no copy; an overlapping buffer and a float mask
+    # take the blocked form and are still right.
+    pool_or_skip()
+    q, k, v = heads_from_projection(2, 16, 3, 8)
+    want = ref_attention(q, k, v)
+    merged = np.full((2, 16, 3, 8), np.nan, np.float32)
+    into = merged.transpose(0, 2, 1, 3)
+    assert nn_ops._attention(q, k, v, None, into, False, None, False) is into
+    close(merged.transpose(0, 2, 1, 3), want, scale=5)
+    fmask = rand(16, 16)
+    close(nn_ops._sdpa_kernel(q, k, v, fmask), ref_attention(q, k, v, mask=fmask), scale=5)
+    overlapping = np.ascontiguousarray(q)
+    got = nn_ops._attention(overlapping, k, v, None, overlapping, False, None, False)
+    close(got, want, scale=5)
+
+
+def test_the_shared_pool_is_used_only_on_onetbb_and_with_two_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from eagerrt.ops import _shared_pool
+
+    pool_or_skip()
+    with ert.config.override(num_threads=1):
+        assert not _shared_pool.ready()
+    with ert.config.override(blas="numpy"):
+        assert not _shared_pool.ready()
+    monkeypatch.setattr(_shared_pool, "_on_tbb", False)  # numba chose another layer
+    assert not _shared_pool.ready()
+    q, k, v = rand(1, 2, 5, 4), rand(1, 2, 6, 4), rand(1, 2, 6, 4)
+    close(nn_ops._sdpa_kernel(q, k, v), ref_attention(q, k, v), scale=5)

@@ -37,7 +37,14 @@ from .._core.config import config
 from .._core.errors import EagerError
 from .._core.forking import renew_after_fork
 
-__all__ = ["MKLMissingError", "backend", "hold_to_one_thread", "matmul", "release_thread_hold"]
+__all__ = [
+    "MKLMissingError",
+    "backend",
+    "gemm_address",
+    "hold_to_one_thread",
+    "matmul",
+    "release_thread_hold",
+]
 
 #: Products smaller than this (m * n * k) stay with numpy: a ctypes call costs
 #: a few microseconds, as much as such a product.
@@ -171,6 +178,16 @@ def backend() -> str:
     'numpy'
     """
     return "numpy" if _active() is None else "mkl"
+
+
+def gemm_address(dtype: np.dtype[Any]) -> int | None:
+    """The address of MKL's ``cblas_sgemm`` / ``cblas_dgemm`` for ``dtype``
+    (float32 / float64), for numba kernels that call it from their parallel
+    loops (:mod:`eagerrt.ops._native_gemm`); None where MKL is not the backend
+    or has no product for ``dtype``."""
+    mkl = _active()
+    fn = None if mkl is None else mkl.gemm.get(np.dtype(dtype))
+    return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
 
 
 def _operand(a: np.ndarray) -> tuple[int, int] | None:

@@ -14,10 +14,13 @@ from typing import Any
 import numba
 import numpy as np
 from numba import types
-from numba.core.extending import intrinsic
+from numba.core.extending import intrinsic, overload
+
+from ._native_gemm import NO_TRANS, TRANS, gemm
 
 __all__ = [
     "adaptive_avg_pool2d",
+    "attention_heads",
     "attention_softmax",
     "avg_pool2d",
     "col2im_add",
@@ -651,3 +654,72 @@ def attention_softmax(s: np.ndarray, causal: bool) -> None:
         _softmax_rows_f32(s, causal)
     else:
         _softmax_rows_exact(s, causal)
+
+
+# -- attention on the shared pool ----------------------------------------------------
+# (No annotations on these two: numba matches the overload's parameters to the
+# stub's, annotations included.)
+def _softmax_rows(s, causal):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(_softmax_rows)
+def _softmax_rows_for(s, causal):
+    """The float32 or float64 softmax, chosen when a caller compiles."""
+    if s.dtype == types.float32:
+        return lambda s, causal: _softmax_rows_f32(s, causal)
+    return lambda s, causal: _softmax_rows_exact(s, causal)
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def attention_heads(
+    gemm_address: int,
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    scale: Any,
+    one: Any,
+    repeat: int,
+    masked: Any,
+    causal: bool,
+) -> None:  # pragma: no cover - compiled
+    """Attention for every (batch, head) pair, pairs shared by numba's parallel
+    loop: scores = scale * q @ k^T and out = softmax(scores) @ v through MKL's
+    gemm (``gemm_address``, for the dtype of ``scale`` and ``one``), the
+    softmax in place between them.
+
+    q (B, H, L, E), k and v (B, H / repeat, S, E or Ev), out (B, H, L, Ev): any
+    strides whose last axis is contiguous and whose rows BLAS can step through
+    (the caller checks), so heads split out of a fused projection and an output
+    in merged-heads layout are read and written where they lie. ``masked``
+    (0, 1 or B rows, S): keys masked out per batch item (0 rows: none)."""
+    batch, heads, length, embed = q.shape
+    source, value_embed = v.shape[2], v.shape[3]
+    item = q.itemsize
+    lq, lk, lv, lo = (
+        q.strides[2] // item,
+        k.strides[2] // item,
+        v.strides[2] // item,
+        out.strides[2] // item,
+    )
+    zero = one - one
+    for pair in numba.prange(batch * heads):
+        b, h = pair // heads, pair % heads
+        kv = h // repeat
+        s = np.empty((1, length, source), q.dtype)
+        q_at = q.ctypes.data + b * q.strides[0] + h * q.strides[1]
+        k_at = k.ctypes.data + b * k.strides[0] + kv * k.strides[1]
+        v_at = v.ctypes.data + b * v.strides[0] + kv * v.strides[1]
+        out_at = out.ctypes.data + b * out.strides[0] + h * out.strides[1]
+        gemm(gemm_address, TRANS, length, source, embed, scale, q_at, lq, k_at, lk,
+             zero, s.ctypes.data, source)  # fmt: skip
+        if masked.shape[0] > 0:
+            row = b if masked.shape[0] > 1 else 0
+            for j in range(source):
+                if masked[row, j]:
+                    for r in range(length):
+                        s[0, r, j] = -np.inf
+        _softmax_rows(s, causal)
+        gemm(gemm_address, NO_TRANS, length, value_embed, source, one, s.ctypes.data, source,
+             v_at, lv, zero, out_at, lo)  # fmt: skip

@@ -2177,6 +2177,79 @@ def _attend(
         _one_thread_matmul(s, _block(vb, c0, c1, buffers[2]), out[c0:c1])
 
 
+def _pool_ready() -> bool:
+    from . import _shared_pool
+
+    return _shared_pool.ready()
+
+
+def _blas_rows(x: np.ndarray) -> bool:
+    """Whether BLAS can read or write each matrix of ``x`` (..., rows, cols) in
+    place, row by row: a contiguous last axis, rows a whole number of elements
+    apart and not overlapping."""
+    item = x.itemsize
+    s_row, s_col = x.strides[-2:]
+    cols = x.shape[-1]
+    return (s_col == item or cols <= 1) and s_row % item == 0 and s_row // item >= max(1, cols)
+
+
+def _attention_on_pool(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None,
+    into: np.ndarray | None,
+    is_causal: bool,
+    scale: float,
+    g: _Attention,
+) -> np.ndarray | None:
+    """Attention by :func:`_numba_nn.attention_heads`, its (batch, head) pairs
+    shared with MKL's oneTBB workers, reading q, k and v where they lie and
+    writing into ``into`` where it lies; None (nothing done) for what it does
+    not cover: more than two batch axes, float16, masks other than key padding
+    (B or 1, 1, 1, S), layouts BLAS can't step through, overlapping memory."""
+    from . import _blas, _shared_pool
+    from ._numba_nn import attention_heads
+
+    dtype = q.dtype
+    if len(g.batch) > 2 or dtype not in (np.float32, np.float64) or not k.dtype == v.dtype == dtype:
+        return None
+    if g.length * g.source == 0 or max(g.length, g.source, g.embed, g.value_embed) >= 1 << 31:
+        return None
+    masked = np.zeros((0, g.source), np.bool_)
+    if mask is not None:
+        if mask.dtype != np.bool_:
+            return None
+        key_mask = _key_mask(~mask, g.batch)
+        if key_mask is None:
+            return None
+        if key_mask.masked.any():
+            masked = key_mask.masked
+    address = _blas.gemm_address(dtype)
+    if address is None:
+        return None
+    # Everything as (B, H, rows, cols) views: broadcast batch axes get stride 0.
+    lead = (1,) * (2 - len(g.batch))
+    batch4 = (*lead, *g.batch)
+    kv_batch = (*batch4[:-1], batch4[-1] // g.kv_repeat)
+    q4 = np.broadcast_to(q.reshape(*lead, *q.shape) if lead else q, (*batch4, g.length, g.embed))
+    k4 = np.broadcast_to(k.reshape(*lead, *k.shape) if lead else k, (*kv_batch, g.source, g.embed))
+    v4 = np.broadcast_to(
+        v.reshape(*lead, *v.shape) if lead else v, (*kv_batch, g.source, g.value_embed)
+    )
+    result_shape = (*g.batch, g.length, g.value_embed)
+    out = into if into is not None and into.dtype == dtype else np.empty(result_shape, dtype)
+    out4 = out.reshape(*lead, *out.shape) if lead else out
+    if not all(_blas_rows(x) for x in (q4, k4, v4, out4)) or not out4.flags.writeable:
+        return None
+    if any(np.may_share_memory(out4, x) for x in (q4, k4, v4)):
+        return None
+    _shared_pool.threads_for_call(alone=_cores_taken())
+    attention_heads(address, q4, k4, v4, out4, dtype.type(scale), dtype.type(1), g.kv_repeat,
+                    masked, is_causal)  # fmt: skip
+    return out
+
+
 def _sdpa_kernel(
     q: np.ndarray,
     k: np.ndarray,
@@ -2221,6 +2294,10 @@ def _attention(
     kb = _as_batch(k, g.batch, g.kv_repeat)
     vb = _as_batch(v, g.batch, g.kv_repeat)
     scale = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
+    if _pool_ready():
+        done = _attention_on_pool(q, k, v, mask, into, is_causal, scale, g)
+        if done is not None:
+            return done
     n = math.prod(g.batch)
     shape = (n, g.length, g.value_embed)
     direct = into is not None and into.flags.c_contiguous and into.dtype == q.dtype

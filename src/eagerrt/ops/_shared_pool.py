@@ -1,0 +1,82 @@
+"""numba's parallel loops on the same oneTBB workers as MKL's products.
+
+With the ``mkl`` extra, MKL computes the big products on oneTBB's workers, and
+those keep spinning on the other core for a while after each product. A kernel
+that split its work with eagerrt's own helper thread right after a product
+found that core taken (measured MiniLM's attention at batch 1: no faster split
+in two than on one thread). numba's ``parallel=True`` loops can run on oneTBB
+too, and oneTBB is one pool per process: the worker that just finished MKL's
+product takes the loop's other half at once (the same attention: 250 against
+500 us a layer).
+
+numba picks its threading layer the first time any parallel loop runs, oneTBB
+first where it can load it; MKL's loader (:mod:`eagerrt.ops._blas`) has loaded
+the wheel's ``libtbb`` by then. Where numba settled on another layer (someone
+ran a parallel loop earlier, or chose ``NUMBA_THREADING_LAYER``), the kernels
+keep their one-thread forms: two pools would fight over the cores again.
+
+>>> from eagerrt.ops import _shared_pool
+>>> _shared_pool.ready() in (True, False)
+True
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numba
+import numpy as np
+
+from .._core.config import config
+from .._core.forking import renew_after_fork
+from . import _blas
+
+__all__ = ["ready", "threads_for_call"]
+
+_lock = threading.Lock()
+renew_after_fork(__name__, "_lock", threading.Lock)
+_on_tbb: bool | None = None  # whether numba's loops run on oneTBB (None: not asked yet)
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _touch(x: Any) -> None:  # pragma: no cover - compiled
+    for i in numba.prange(x.shape[0]):
+        x[i] = i
+
+
+def _numba_layer_is_tbb() -> bool:
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # no parallel loop has run yet: numba chooses now
+        try:
+            _touch(np.zeros(2, np.int64))
+        except Exception:  # no usable layer at all: stay on one thread
+            return False
+        layer = numba.threading_layer()
+    return layer == "tbb"
+
+
+def ready() -> bool:
+    """Whether kernels may run numba parallel loops now: two threads or more
+    allowed (``config.num_threads``), MKL on oneTBB the backend (loaded here
+    if it was not yet) and numba's loops on the same oneTBB."""
+    global _on_tbb
+    if config.num_threads < 2 or _blas.gemm_address(np.dtype(np.float32)) is None:
+        return False
+    if _on_tbb is None:
+        with _lock:
+            if _on_tbb is None:
+                _on_tbb = _numba_layer_is_tbb()
+    return _on_tbb
+
+
+def threads_for_call(alone: bool) -> int:
+    """Set and return how many threads this thread's next parallel loop uses:
+    one where ``alone`` (other tasks have the other cores), else as many as
+    ``config.num_threads`` allows. (numba's count is per calling thread.)"""
+    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+    wanted = 1 if alone else max(1, min(config.num_threads, most))
+    if numba.get_num_threads() != wanted:
+        numba.set_num_threads(wanted)
+    return wanted
