@@ -828,9 +828,10 @@ def test_float32_gelu_is_within_a_rounding_of_the_erf_form_eager_and_compiled() 
     assert eager.dtype == np.float32
     finite = np.isfinite(x32)
     spacing = np.spacing(np.abs(want[finite]).astype(np.float32)).astype(np.float64)
-    # Absolute error under 2e-8 * |x| (the erf fit's) plus one float32 rounding.
+    # Absolute error under 2e-7 * |x| (the erf fit's and float32's roundings in it:
+    # 1.6e-7 measured, PyTorch's own float32 GELU 3.1e-7) plus one final rounding.
     error = np.abs(eager[finite] - want[finite])
-    assert np.all(error <= 2e-8 * np.abs(x[finite]) + spacing)
+    assert np.all(error <= 2e-7 * np.abs(x[finite]) + spacing)
     assert eager[-2] == np.inf and np.isnan(eager[-1])  # -inf * Phi(-inf): nan, as torch
     assert eager[-5] == 0 and np.signbit(eager[-5])  # -1e30: -0.0, not -1e30 * a tiny error
     compiled = ert.function(lambda t: ert.gelu(t) * 2.0)(ert.asarray(x32)).numpy()

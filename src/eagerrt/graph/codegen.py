@@ -579,13 +579,13 @@ def _gelu(
     if approximate != "none":
         return None
     if out == np.float32:
-        # As the eager numba kernel: float64 math with the vectorizable rational erf.
+        # As the eager numba kernel: float32 math with the vectorizable rational erf.
         from ..ops._erf import INV_SQRT2, erf_source_lines
 
-        v = e._assign(f"np.float64({x})", np.dtype(np.float64))
+        v = e._assign(f"{T}({x})", out)
         erf = f"{v.var}_erf"
-        e.lines += erf_source_lines(f"{v.var} * {INV_SQRT2!r}", erf, erf)
-        return e._assign(f"{T}(0.5 * {v.var} * (1.0 + {erf}))", out)
+        e.lines += erf_source_lines(f"{v.var} * {T}({INV_SQRT2!r})", erf, erf, T)
+        return e._assign(f"{T}({T}(0.5) * {v.var} * ({T}(1.0) + {erf}))", out)
     # As the eager numba kernel: the erf form in float64.
     return e._assign(f"{T}(0.5 * {x} * (1.0 + math.erf({x} * 0.7071067811865476)))", out)
 

@@ -464,7 +464,10 @@ def adaptive_avg_pool2d(x: Any, out: Any) -> None:  # pragma: no cover - compile
 
 # fastmath "reassoc" only: the float64 sums may be reordered, so they vectorize
 # (measured 1.7 vs 3.2 ms for 4096 rows of 384; torch: 0.8-1.0 ms); nan and
-# inf keep their IEEE meaning.
+# inf keep their IEEE meaning. The last pass runs in the data's own dtype, the
+# mean and scale rounded to it: in float64 it cost twice the two sums together
+# (float32, 128 rows of 384: 15 against 42 us; error to a float64 reference
+# 1.2e-6 against 0.5e-6 at values up to 10).
 @numba.njit(nogil=True, cache=True, fastmath={"reassoc"}, error_model="numpy")
 def normalize_rows(
     x: Any, out: Any, weight: Any, bias: Any, eps: float
@@ -473,17 +476,19 @@ def normalize_rows(
     two passes in float64 for accuracy)."""
     rows, cols = x.shape
     for r in range(rows):
+        row, into = x[r], out[r]
         total = 0.0
         for c in range(cols):
-            total += x[r, c]
+            total += row[c]
         mean = total / cols
         sq = 0.0
         for c in range(cols):
-            d = x[r, c] - mean
+            d = row[c] - mean
             sq += d * d
-        inv = 1.0 / math.sqrt(sq / cols + eps)
+        shift = x.dtype.type(mean)
+        scale = x.dtype.type(1.0 / math.sqrt(sq / cols + eps))
         for c in range(cols):
-            out[r, c] = (x[r, c] - mean) * inv * weight[c] + bias[c]
+            into[c] = (row[c] - shift) * scale * weight[c] + bias[c]
 
 
 @numba.njit(nogil=True, cache=True)
