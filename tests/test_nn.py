@@ -1617,6 +1617,9 @@ def test_attention_on_the_shared_pool_writes_into_a_strided_buffer_in_place() ->
     overlapping = np.ascontiguousarray(q)
     got = nn_ops._attention(overlapping, k, v, None, overlapping, False, None, False)
     close(got, want, scale=5)
+    wider = np.full((2, 3, 16, 8), np.nan, np.float64)  # another dtype: cast in, still there
+    nn_ops._attention(q, k, v, None, wider, False, None, False)
+    close(wider, want, scale=5)
 
 
 def test_the_shared_pool_is_used_only_on_onetbb_and_with_two_threads(

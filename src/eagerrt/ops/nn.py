@@ -2237,8 +2237,9 @@ def _attention_on_pool(
     v4 = np.broadcast_to(
         v.reshape(*lead, *v.shape) if lead else v, (*kv_batch, g.source, g.value_embed)
     )
-    result_shape = (*g.batch, g.length, g.value_embed)
-    out = into if into is not None and into.dtype == dtype else np.empty(result_shape, dtype)
+    if into is not None and into.dtype != dtype:
+        return None  # the blocked form computes apart and copies (casting) in
+    out = np.empty((*g.batch, g.length, g.value_embed), dtype) if into is None else into
     out4 = out.reshape(*lead, *out.shape) if lead else out
     if not all(_blas_rows(x) for x in (q4, k4, v4, out4)) or not out4.flags.writeable:
         return None
