@@ -2291,14 +2291,14 @@ def _attention(
 ) -> np.ndarray:
     """The attention kernel; into ``into`` (the result's shape) when given."""
     g = _attention_geometry(q, k, v, mask, is_causal, enable_gqa)
-    qb = _as_batch(q, g.batch, 1)
-    kb = _as_batch(k, g.batch, g.kv_repeat)
-    vb = _as_batch(v, g.batch, g.kv_repeat)
     scale = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
     if _pool_ready():
         done = _attention_on_pool(q, k, v, mask, into, is_causal, scale, g)
         if done is not None:
             return done
+    qb = _as_batch(q, g.batch, 1)
+    kb = _as_batch(k, g.batch, g.kv_repeat)
+    vb = _as_batch(v, g.batch, g.kv_repeat)
     n = math.prod(g.batch)
     shape = (n, g.length, g.value_embed)
     direct = into is not None and into.flags.c_contiguous and into.dtype == q.dtype
