@@ -1522,7 +1522,9 @@ def test_attention_work_arrays_are_kept_per_thread_and_resized(
     # gets bigger ones, and blocks over the limit are never kept. (The blocked
     # form's arrays: the shared pool's form, where it runs, is turned off here.)
     monkeypatch.setattr(nn_ops, "_work_arrays", __import__("threading").local())
-    monkeypatch.setattr(nn_ops, "_pool_ready", lambda: False)
+    from eagerrt.ops import _shared_pool
+
+    monkeypatch.setattr(_shared_pool, "ready", lambda: False)
     with ert.config.override(num_threads=threads):
         for shape in [(1, 4, 16, 8), (2, 6, 40, 8), (1, 4, 16, 8), (2, 6, 40, 8)]:
             qkv = rand(*shape[:1], shape[2], 3, shape[1], shape[3]).transpose(2, 0, 3, 1, 4)

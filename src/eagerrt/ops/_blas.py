@@ -43,6 +43,7 @@ __all__ = [
     "gemm_address",
     "hold_to_one_thread",
     "matmul",
+    "reads_rows_in_place",
     "release_thread_hold",
 ]
 
@@ -201,6 +202,14 @@ def _operand(a: np.ndarray) -> tuple[int, int] | None:
     if s0 == item and s1 % item == 0 and s1 // item >= max(1, rows):
         return _TRANS, s1 // item
     return None
+
+
+def reads_rows_in_place(a: np.ndarray) -> bool:
+    """Whether BLAS reads (or writes) each matrix of ``a`` (the last two axes)
+    in place as stored, row after row, not as a transpose: what a kernel that
+    passes ``a.strides[-2]`` as the leading dimension needs."""
+    layout = _operand(a)
+    return layout is not None and layout[0] == _NO_TRANS
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:

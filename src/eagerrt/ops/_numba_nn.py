@@ -684,14 +684,13 @@ def attention_heads(
     v: Any,
     out: Any,
     scale: Any,
-    one: Any,
     repeat: int,
     masked: Any,
     causal: bool,
 ) -> None:  # pragma: no cover - compiled
     """Attention for every (batch, head) pair, pairs shared by numba's parallel
     loop: scores = scale * q @ k^T and out = softmax(scores) @ v through MKL's
-    gemm (``gemm_address``, for the dtype of ``scale`` and ``one``), the
+    gemm (``gemm_address``, for q's dtype, which ``scale`` has too), the
     softmax in place between them.
 
     q (B, H, L, E), k and v (B, H / repeat, S, E or Ev), out (B, H, L, Ev): any
@@ -708,7 +707,7 @@ def attention_heads(
         v.strides[2] // item,
         out.strides[2] // item,
     )
-    zero = one - one
+    one, zero = q.dtype.type(1.0), q.dtype.type(0.0)
     for pair in numba.prange(batch * heads):
         b, h = pair // heads, pair % heads
         kv = h // repeat

@@ -2177,22 +2177,6 @@ def _attend(
         _one_thread_matmul(s, _block(vb, c0, c1, buffers[2]), out[c0:c1])
 
 
-def _pool_ready() -> bool:
-    from . import _shared_pool
-
-    return _shared_pool.ready()
-
-
-def _blas_rows(x: np.ndarray) -> bool:
-    """Whether BLAS can read or write each matrix of ``x`` (..., rows, cols) in
-    place, row by row: a contiguous last axis, rows a whole number of elements
-    apart and not overlapping."""
-    item = x.itemsize
-    s_row, s_col = x.strides[-2:]
-    cols = x.shape[-1]
-    return (s_col == item or cols <= 1) and s_row % item == 0 and s_row // item >= max(1, cols)
-
-
 def _attention_on_pool(
     q: np.ndarray,
     k: np.ndarray,
@@ -2206,11 +2190,14 @@ def _attention_on_pool(
     """Attention by :func:`_numba_nn.attention_heads`, its (batch, head) pairs
     shared with MKL's oneTBB workers, reading q, k and v where they lie and
     writing into ``into`` where it lies; None (nothing done) for what it does
-    not cover: more than two batch axes, float16, masks other than key padding
-    (B or 1, 1, 1, S), layouts BLAS can't step through, overlapping memory."""
+    not cover: no shared pool (:func:`_shared_pool.ready`), more than two batch
+    axes, float16, masks other than key padding (B or 1, 1, 1, S), layouts BLAS
+    can't step through, overlapping memory."""
     from . import _blas, _shared_pool
     from ._numba_nn import attention_heads
 
+    if not _shared_pool.ready():
+        return None
     dtype = q.dtype
     if len(g.batch) > 2 or dtype not in (np.float32, np.float64) or not k.dtype == v.dtype == dtype:
         return None
@@ -2241,13 +2228,12 @@ def _attention_on_pool(
         return None  # the blocked form computes apart and copies (casting) in
     out = np.empty((*g.batch, g.length, g.value_embed), dtype) if into is None else into
     out4 = out.reshape(*lead, *out.shape) if lead else out
-    if not all(_blas_rows(x) for x in (q4, k4, v4, out4)) or not out4.flags.writeable:
+    if not all(map(_blas.reads_rows_in_place, (q4, k4, v4, out4))) or not out4.flags.writeable:
         return None
     if any(np.may_share_memory(out4, x) for x in (q4, k4, v4)):
         return None
     _shared_pool.threads_for_call(alone=_cores_taken())
-    attention_heads(address, q4, k4, v4, out4, dtype.type(scale), dtype.type(1), g.kv_repeat,
-                    masked, is_causal)  # fmt: skip
+    attention_heads(address, q4, k4, v4, out4, dtype.type(scale), g.kv_repeat, masked, is_causal)
     return out
 
 
@@ -2292,10 +2278,9 @@ def _attention(
     """The attention kernel; into ``into`` (the result's shape) when given."""
     g = _attention_geometry(q, k, v, mask, is_causal, enable_gqa)
     scale = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
-    if _pool_ready():
-        done = _attention_on_pool(q, k, v, mask, into, is_causal, scale, g)
-        if done is not None:
-            return done
+    done = _attention_on_pool(q, k, v, mask, into, is_causal, scale, g)
+    if done is not None:
+        return done
     qb = _as_batch(q, g.batch, 1)
     kb = _as_batch(k, g.batch, g.kv_repeat)
     vb = _as_batch(v, g.batch, g.kv_repeat)
