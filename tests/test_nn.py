@@ -1531,13 +1531,15 @@ def test_attention_work_arrays_are_kept_per_thread_and_resized(
             got = nn_ops._sdpa_kernel(qkv[0], qkv[1], qkv[2])
             close(got, ref_attention(qkv[0], qkv[1], qkv[2]), scale=5)
     kept = nn_ops._work_arrays.kept
-    scores = kept["attention scores"]
+    scores = kept["attention scores"][0]
     assert scores.nbytes == 6 * 40 * 40 * 4  # blocks of half the 12 (batch, head) pairs
     again = nn_ops._work_array("attention scores", (2, 5), np.dtype(np.float64))
     assert np.shares_memory(again, scores)
+    # The same shape gets the same view back, not a new one.
+    assert nn_ops._work_array("attention scores", (2, 5), np.dtype(np.float64)) is again
     monkeypatch.setattr(nn_ops, "_KEPT_WORK_BYTES", 64)
     big = nn_ops._work_array("attention scores", (100,), np.dtype(np.float32))
-    assert not np.shares_memory(big, kept["attention scores"])
+    assert not np.shares_memory(big, kept["attention scores"][0])
 
 
 # -- attention on the shared pool ---------------------------------------------------------
@@ -1638,3 +1640,115 @@ def test_the_shared_pool_is_used_only_on_onetbb_and_with_two_threads(
     assert not _shared_pool.ready()
     q, k, v = rand(1, 2, 5, 4), rand(1, 2, 6, 4), rand(1, 2, 6, 4)
     close(nn_ops._sdpa_kernel(q, k, v), ref_attention(q, k, v), scale=5)
+
+
+# -- convolutions of one image on the shared pool -------------------------------------------
+def spy_pool_convolutions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the pool's convolution kernels as they run."""
+    from eagerrt.ops import _numba_nn
+
+    calls: list[str] = []
+    for name in ("winograd_on_pool", "gathered_on_pool"):
+        kernel = getattr(_numba_nn, name)
+        spy = lambda *a, _k=kernel, _n=name: calls.append(_n) or _k(*a)  # noqa: E731
+        monkeypatch.setattr(_numba_nn, name, spy)
+    return calls
+
+
+#: (image, weight, stride, padding, dilation, with bias, the pool's kernel)
+POOL_CONVS = [
+    ((16, 18, 18), (24, 16, 3, 3), 1, (1, 1), 1, True, "winograd_on_pool"),
+    ((16, 17, 17), (24, 16, 3, 3), 1, (1, 1), 1, False, "winograd_on_pool"),  # odd: border tiles
+    ((32, 20, 20), (32, 32, 3, 3), 2, (1, 1), 1, True, "gathered_on_pool"),
+    ((16, 20, 20), (32, 16, 3, 3), 1, (2, 2), 2, False, "gathered_on_pool"),  # dilated
+    ((16, 21, 19), (40, 16, 5, 3), 1, (2, 1), 1, True, "gathered_on_pool"),
+    ((3, 40, 40), (64, 3, 3, 3), 1, (1, 1), 1, True, "gathered_on_pool"),  # 3 channels: im2col
+    ((64, 16, 16), (64, 64, 1, 1), 1, (0, 0), 1, True, "gathered_on_pool"),  # its own im2col
+    ((64, 16, 16), (128, 64, 1, 1), 2, (0, 0), 1, False, "gathered_on_pool"),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_image_convolutions_run_on_the_shared_pool(
+    dtype: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Winograd, im2col at a stride, dilated, with wide and uneven kernels, and 1x1
+    # (the image its own im2col matrix): each equal to the tap-by-tap reference,
+    # 3-d and 4-d, and each run by the pool's kernel it belongs to.
+    pool_or_skip()
+    calls = spy_pool_convolutions(monkeypatch)
+    for image, wshape, stride, (ph, pw), dilation, with_bias, kernel in POOL_CONVS:
+        x, w = rand(1, *image, dtype=dtype), rand(*wshape, dtype=dtype)
+        b = rand(wshape[0], dtype=dtype) if with_bias else None
+        want = ref_conv2d(x, w, b, (stride,) * 2, (ph, ph, pw, pw), (dilation,) * 2, 1)
+        for arg in (x, x[0]):
+            calls.clear()
+            got = nn_ops._conv2d_kernel(
+                arg, w, b, stride=stride, padding=(ph, pw), dilation=dilation
+            )
+            close(got, want if arg.ndim == 4 else want[0], dtype=dtype, scale=5)
+            assert calls == [kernel], (image, wshape, calls)
+
+
+def test_pool_convolutions_fall_back_where_they_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Other tasks on the other cores, groups, a batch, too little work: the other forms run, and the results are still right.
+    pool_or_skip()
+    calls = spy_pool_convolutions(monkeypatch)
+    x, w, b = rand(1, 16, 18, 18), rand(24, 16, 3, 3), rand(24)
+    want = ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    monkeypatch.setattr(nn_ops, "_cores_taken", lambda others=1: True)
+    close(nn_ops._conv2d_kernel(x, w, b, padding=1), want, scale=5)
+    monkeypatch.undo()
+    calls = spy_pool_convolutions(monkeypatch)
+    wg = rand(24, 8, 3, 3)
+    close(
+        nn_ops._conv2d_kernel(x, wg, b, padding=1, groups=2),
+        ref_conv2d(x, wg, b, (1, 1), (1, 1, 1, 1), (1, 1), 2),
+        scale=5,
+    )
+    xs = rand(2, 16, 18, 18)
+    close(
+        nn_ops._conv2d_kernel(xs, w, b, padding=1),
+        ref_conv2d(xs, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1),
+        scale=5,
+    )
+    small = rand(1, 4, 6, 6)
+    close(
+        nn_ops._conv2d_kernel(small, w[:, :4], b, padding=1),
+        ref_conv2d(small, w[:, :4], b, (1, 1), (1, 1, 1, 1), (1, 1), 1),
+        scale=5,
+    )
+    assert calls == []
+
+
+def test_compiled_convolutions_set_up_for_the_pool_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Graph mode at batch 1 with constant weights: the pool's setup is made when
+    # the plan is, each call runs the pool's kernels, and the fused epilogue (a
+    # residual add and relu) runs over the whole image; equal to eager numpy.
+    pool_or_skip()
+    calls = spy_pool_convolutions(monkeypatch)
+    made: list[int] = []
+    setup = nn_ops._PooledConv.__init__
+    monkeypatch.setattr(
+        nn_ops._PooledConv, "__init__", lambda self, *a: made.append(1) or setup(self, *a)
+    )
+    w1, w2, b1 = rand(32, 64, 3, 3), rand(32, 32, 3, 3), rand(32)
+    ws = rand(32, 64, 1, 1)
+    consts = [ert.asarray(a) for a in (w1, w2, b1, ws)]
+
+    @ert.function
+    def block(x: Any) -> Any:
+        cw1, cw2, cb1, cws = consts
+        y = ert.relu(ert.conv2d(x, cw1, cb1, padding=1))
+        skip = ert.conv2d(x, cws, stride=2)
+        return ert.relu(ert.conv2d(y, cw2, stride=2, padding=1) + skip)
+
+    x = rand(1, 64, 32, 32)
+    y = np.maximum(ref_conv2d(x, w1, b1, (1, 1), (1, 1, 1, 1), (1, 1), 1), 0)
+    skip = ref_conv2d(x, ws, None, (2, 2), (0, 0, 0, 0), (1, 1), 1)
+    want = np.maximum(ref_conv2d(y, w2, None, (2, 2), (1, 1, 1, 1), (1, 1), 1) + skip, 0)
+    for _ in range(2):
+        calls.clear()
+        close(block(ert.asarray(x)), want, scale=20)
+        assert sorted(calls) == ["gathered_on_pool"] * 2 + ["winograd_on_pool"]
+    assert len(made) == 3  # once per convolution, when the plan was made

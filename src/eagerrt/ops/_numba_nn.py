@@ -25,12 +25,14 @@ __all__ = [
     "avg_pool2d",
     "col2im_add",
     "gather_heads",
+    "gathered_on_pool",
     "im2col",
     "mask_keys",
     "max_pool2d",
     "normalize_rows",
     "transpose_scaled",
     "winograd_input",
+    "winograd_on_pool",
     "winograd_output",
     "winograd_weights",
 ]
@@ -143,6 +145,64 @@ def im2col(
                             cf[_U(at + ow)] = zero
                     at += wo
                 row += 1
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def gathered_on_pool(
+    gemm_address: int,
+    x: Any,
+    w: Any,
+    bias: Any,
+    out: Any,
+    cols: Any,
+    gather: bool,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    ph: int,
+    pw: int,
+    dh: int,
+    dw: int,
+    parts: int,
+) -> None:  # pragma: no cover - compiled
+    """One image's convolution as im2col and one product, both cut into
+    ``parts`` shared by numba's parallel loop: the image ``x`` (1, C, H, W)
+    gathered into ``cols`` (C * kh * kw, Ho * Wo) by channels, then ``out`` (1,
+    O, Ho, Wo) = ``w`` (O, C * kh * kw) @ cols + ``bias`` by output channels,
+    each part's product through MKL's gemm (``gemm_address``, for x's dtype) on
+    the thread that runs it. Where ``gather`` is False (a 1x1 stride-1
+    convolution) the image is its own im2col matrix and ``cols`` is not used.
+    All arrays C-contiguous."""
+    image = x[0]
+    channels = image.shape[0]
+    o, taps = w.shape
+    ho, wo = out.shape[2], out.shape[3]
+    pixels = ho * wo
+    item = x.itemsize
+    one, zero = x.dtype.type(1.0), x.dtype.type(0.0)
+    if gather:
+        per = -(-channels // parts)
+        for part in numba.prange(parts):
+            c0 = part * per
+            c1 = min(channels, c0 + per)
+            if c0 < c1:
+                im2col(image, cols[c0 * kh * kw :], 0, c0, c1, kh, kw, sh, sw, ph, pw, dh, dw,
+                       0, ho, wo)  # fmt: skip
+    source = cols.ctypes.data if gather else x.ctypes.data
+    per = -(-o // parts)
+    flat = out.reshape(o, pixels)
+    for part in numba.prange(parts):
+        o0 = part * per
+        o1 = min(o, o0 + per)
+        if o0 < o1:
+            gemm(gemm_address, NO_TRANS, o1 - o0, pixels, taps, one,
+                 w.ctypes.data + o0 * taps * item, taps, source, pixels,
+                 zero, flat.ctypes.data + o0 * pixels * item, pixels)  # fmt: skip
+            for r in range(o0, o1):
+                b = bias[r]
+                for q in range(pixels):
+                    flat[r, q] += b
 
 
 # -- Winograd F(2x2, 3x3) ------------------------------------------------------------
@@ -341,6 +401,55 @@ def winograd_output(
                 if bottom >= 0:
                     r3 = mf[k + 12 * step] + mf[k + 13 * step] + mf[k + 14 * step]
                     of[bottom + wo - 1] = r1 - r2 - r3 + b
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def winograd_on_pool(
+    gemm_address: int,
+    x: Any,
+    u: Any,
+    bias: Any,
+    out: Any,
+    blocks: Any,
+    tw: int,
+    span: int,
+    ph: int,
+    pw: int,
+    v: Any,
+    m: Any,
+) -> None:  # pragma: no cover - compiled
+    """Winograd F(2x2, 3x3) of the C-contiguous images ``x`` (N, C, H, W) into
+    ``out`` (N, O, Ho, Wo), the (first image, end image, first tile row, end
+    tile row) ``blocks`` shared by numba's parallel loop: each block's input
+    transform, its ``16 * groups`` products through MKL's gemm
+    (``gemm_address``, for x's dtype) on the thread that runs it, and its
+    output transform (``bias`` added) while the block is in that core's cache.
+
+    ``u``: the transformed weights, C-contiguous (groups, 16, O/groups,
+    C/groups). ``v`` (threads, 16, C, width) and ``m`` (threads, 16, O, width):
+    one C-contiguous work area per thread of the loop, ``width`` at least a
+    block's columns (its images times tile rows times ``span``)."""
+    groups, _, og, cg = u.shape
+    width = v.shape[3]
+    item = x.itemsize
+    one, zero = x.dtype.type(1.0), x.dtype.type(0.0)
+    for unit in numba.prange(blocks.shape[0]):
+        n0, n1, r0, r1 = blocks[unit, 0], blocks[unit, 1], blocks[unit, 2], blocks[unit, 3]
+        mine = numba.get_thread_id()
+        vt, mt = v[mine], m[mine]
+        image = (r1 - r0) * span
+        for k in range(n1 - n0):
+            winograd_input(x[n0 + k], vt, k * image, r0, r1, tw, span, ph, pw)
+        cols = (n1 - n0) * image
+        for gi in range(groups):
+            for t in range(16):
+                w_at = u.ctypes.data + ((gi * 16 + t) * og * cg) * item
+                v_at = vt.ctypes.data + ((t * cg * groups + gi * cg) * width) * item
+                m_at = mt.ctypes.data + ((t * og * groups + gi * og) * width) * item
+                gemm(gemm_address, NO_TRANS, og, cols, cg, one, w_at, cg, v_at, width,
+                     zero, m_at, width)  # fmt: skip
+        for k in range(n1 - n0):
+            winograd_output(mt, out[n0 + k], bias, k * image, r0, r1, span)
 
 
 @numba.njit(nogil=True, cache=True)

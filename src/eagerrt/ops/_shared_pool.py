@@ -32,7 +32,7 @@ from .._core.config import config
 from .._core.forking import renew_after_fork
 from . import _blas
 
-__all__ = ["ready", "threads_for_call"]
+__all__ = ["pool_threads", "ready", "threads_for_call"]
 
 _lock = threading.Lock()
 renew_after_fork(__name__, "_lock", threading.Lock)
@@ -71,12 +71,18 @@ def ready() -> bool:
     return _on_tbb
 
 
+def pool_threads() -> int:
+    """How many threads a parallel loop uses when no other task has the other
+    cores: as many as ``config.num_threads`` allows (and numba has)."""
+    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+    return max(1, min(config.num_threads, most))
+
+
 def threads_for_call(alone: bool) -> int:
     """Set and return how many threads this thread's next parallel loop uses:
-    one where ``alone`` (other tasks have the other cores), else as many as
-    ``config.num_threads`` allows. (numba's count is per calling thread.)"""
-    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
-    wanted = 1 if alone else max(1, min(config.num_threads, most))
+    one where ``alone`` (other tasks have the other cores), else
+    :func:`pool_threads`. (numba's count is per calling thread.)"""
+    wanted = 1 if alone else pool_threads()
     if numba.get_num_threads() != wanted:
         numba.set_num_threads(wanted)
     return wanted

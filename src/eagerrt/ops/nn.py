@@ -461,11 +461,17 @@ def _conv2d_run(
     if out is None:
         out = np.empty((g.n, g.o, g.ho, g.wo), x.dtype)
     done = _ImagesDone(epilogue)
+    winograd = u is not None or _winograd_fits(g)
+    if winograd and u is None:
+        u = _winograd_u(weight, g)
+    pooled = _pooled_conv(g, weight, u, x.dtype) if out.dtype == x.dtype else None
+    if pooled is not None and pooled(x4, bias, out):
+        done.all(g.n)
+        return out if x.ndim == 4 else out[0]
     og, cg = g.o // g.groups, g.c // g.groups
     taps = cg * g.kh * g.kw
     wmat = np.ascontiguousarray(weight).reshape(g.groups, og, taps)
-    plain = (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.ho, g.wo) == (1, 1, 1, 1, 0, 0, g.h, g.w)
-    if plain:  # 1x1, stride 1, no padding: the input already is the im2col matrix
+    if _plain(g):  # 1x1, stride 1, no padding: the input already is the im2col matrix
         xs = x4.reshape(g.n, g.groups, cg, g.h * g.w)
         outs = out.reshape(g.n, g.groups, og, g.h * g.w)
         flops = 2.0 * g.o * taps * g.n * g.h * g.w
@@ -478,11 +484,16 @@ def _conv2d_run(
         if bias is not None:
             out += bias.reshape(-1, 1, 1)
         done.all(g.n)
-    elif u is not None or _winograd_fits(g):
+    elif winograd:
         _conv2d_winograd(x4, weight, bias, g, out, u, done)
     else:
         _conv2d_gathered(x4, wmat, bias, g, out, done)
     return out if x.ndim == 4 else out[0]
+
+
+def _plain(g: _Conv) -> bool:
+    """Whether conv2d is 1x1, stride 1 and unpadded: the image its own im2col matrix."""
+    return (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.ho, g.wo) == (1, 1, 1, 1, 0, 0, g.h, g.w)
 
 
 #: ``epilogue(first, end)``: elementwise work on images [first, end) of a
@@ -532,6 +543,110 @@ def _plain_channels(
 
 #: A convolution with at least this many flops splits its work over two threads.
 _SPLIT_FLOPS = 2e7
+#: ... and one image's, over numba's loops on MKL's oneTBB workers, from this many
+#: (whose workers take a loop within microseconds: 3x64x32x32 in 37 against 73 us).
+_POOL_FLOPS = 1e6
+
+
+class _PooledConv:
+    """One image's convolution as one numba parallel loop on MKL's oneTBB
+    workers (:mod:`eagerrt.ops._shared_pool`), set up once: graph mode sets one
+    up when the plan is made, so a call is a few checks and the kernel's.
+
+    Winograd runs :func:`_numba_nn.winograd_on_pool`: the tile rows cut into a
+    block per thread at least, each block's transforms and 16 products on one
+    core (measured 64x64x32x32: 230 against 510 us with the transforms on this
+    thread and the products on MKL's threads, short products that wait on each
+    other 16 times a block). Other convolutions run
+    :func:`_numba_nn.gathered_on_pool`: im2col split by channels, the product
+    by output channels (512x512x4x4: 350 against 415 us; a 1x1 256->512 at
+    stride 2: 45 against 86 us). Python between kernels is slow here, its
+    code and data evicted by the kernels (a 1 us function took 5-11 us between
+    ResNet's convolutions), so the call does as little of it as it can."""
+
+    def __init__(
+        self, g: _Conv, weight: np.ndarray, u: np.ndarray | None, dtype: np.dtype[Any]
+    ) -> None:
+        from . import _blas, _shared_pool
+        from ._numba_nn import gathered_on_pool, winograd_on_pool
+
+        address = _blas.gemm_address(dtype)
+        assert address is not None  # _pooled_conv checked
+        self.threads = _shared_pool.pool_threads()
+        self.address = address
+        self.dtype = dtype
+        self.zeros = np.zeros(g.o, dtype)  # the bias where there is none
+        self.g = g
+        self.u = u
+        self.kernel: Any = winograd_on_pool if u is not None else gathered_on_pool
+        if u is not None:
+            th, tw = (g.ho + 1) // 2, (g.wo + 1) // 2
+            self.tw, self.span = tw, _winograd_span(tw)
+            rows = min(-(-th // self.threads), max(1, _winograd_columns(g, dtype) // self.span))
+            self.blocks = np.array(
+                [(0, 1, r0, min(th, r0 + rows)) for r0 in range(0, th, rows)], np.int64
+            )
+            width = rows * self.span
+            self.work = ((self.threads, 16, g.c, width), (self.threads, 16, g.o, width))
+        else:
+            self.wmat = np.ascontiguousarray(weight, dtype).reshape(g.o, -1)
+            self.gather = not _plain(g)
+            self.cols = (self.wmat.shape[1], g.ho * g.wo)
+            self.no_cols = np.empty((0, 0), dtype)  # stands for cols where the image is them
+
+    def __call__(self, x: np.ndarray, bias: np.ndarray | None, out: np.ndarray) -> bool:
+        """Write the convolution of ``x`` (C-contiguous, (1, C, H, W)) plus
+        ``bias`` into ``out`` (C-contiguous (1, O, Ho, Wo)); False (nothing
+        done) where other tasks have the other cores (:func:`_cores_taken`),
+        the thread count was changed since, or ``x`` is not C-contiguous."""
+        from . import _shared_pool
+
+        if _cores_taken() or _shared_pool.threads_for_call(alone=False) != self.threads:
+            return False
+        if not x.flags.c_contiguous:
+            return False
+        b = self.zeros if bias is None else bias
+        g = self.g
+        if self.u is not None:
+            v = _work_array("winograd input", self.work[0], self.dtype)
+            m = _work_array("winograd products", self.work[1], self.dtype)
+            self.kernel(self.address, x, self.u, b, out, self.blocks, self.tw, self.span,
+                        g.ph, g.pw, v, m)  # fmt: skip
+        else:
+            cols = _work_array("im2col", self.cols, self.dtype) if self.gather else self.no_cols
+            self.kernel(self.address, x, self.wmat, b, out, cols, self.gather, g.kh, g.kw,
+                        g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, self.threads)  # fmt: skip
+        return True
+
+
+def _pooled_conv(
+    g: _Conv, weight: np.ndarray, u: np.ndarray | None, dtype: np.dtype[Any]
+) -> _PooledConv | None:
+    """A :class:`_PooledConv` for a convolution of geometry ``g`` (Winograd
+    where ``u``, its Winograd weights, is given), or None where it can't run
+    so: not one image, too little work, no such pool
+    (:func:`_shared_pool.ready`), a dtype BLAS doesn't take, a weight of
+    another dtype, groups, or an im2col matrix too big for a kept work array."""
+    from . import _blas, _shared_pool
+
+    cg = g.c // g.groups
+    if u is not None:
+        flops = 32.0 * g.o * cg * ((g.ho + 1) // 2) * _winograd_span((g.wo + 1) // 2)
+    else:
+        flops = 2.0 * g.o * cg * g.kh * g.kw * g.ho * g.wo
+    if g.n != 1 or flops < _POOL_FLOPS or not _shared_pool.ready():
+        return None
+    if _blas.gemm_address(dtype) is None or weight.dtype != dtype:
+        return None
+    if u is None:
+        taps = cg * g.kh * g.kw
+        pixels = g.ho * g.wo
+        if g.groups != 1 or max(taps, pixels, g.o) >= 1 << 31:
+            return None
+        if not _plain(g) and taps * pixels * dtype.itemsize > _KEPT_WORK_BYTES:
+            return None
+    return _PooledConv(g, weight, u, dtype)
+
 
 #: im2col block size: about an L2 cache, for single-threaded products.
 _IM2COL_BYTES = 1 << 20
@@ -595,7 +710,11 @@ def _conv2d_winograd(
     th, tw = (g.ho + 1) // 2, (g.wo + 1) // 2
     span = _winograd_span(tw)
     per_image = th * span  # block columns an image takes
-    most = max(_WINOGRAD_MIN_COLS, _WINOGRAD_BYTES // (16 * (g.c + g.o) * x.itemsize))
+    most = _winograd_columns(g, x.dtype)
+    flops = 32.0 * g.o * (g.c // g.groups) * per_image * g.n  # the products'
+    if u is None:
+        u = _winograd_u(weight, g)
+    b = np.zeros(g.o, x.dtype) if bias is None else bias
     blocks: list[tuple[int, int, int, int]]  # (first image, end image, first row, end row)
     if per_image <= most:  # whole images a block, two blocks at least
         images = _even_share(g.n, max(1, min(most // per_image, -(-g.n // 2))))
@@ -605,14 +724,15 @@ def _conv2d_winograd(
         blocks = [
             (n0, n0 + 1, r0, min(th, r0 + rows)) for n0 in range(g.n) for r0 in range(0, th, rows)
         ]
-    if u is None:
-        u = _winograd_u(weight, g)
-    b = np.zeros(g.o, x.dtype) if bias is None else bias
     done = done or _ImagesDone(None)
     done.expect(blocks)
     args = (x, u, b, g, out, blocks, done)
-    flops = 32.0 * g.o * (g.c // g.groups) * per_image * g.n  # the products'
     _run_blocks(_winograd_blocks, len(blocks), flops, g.n, *args)  # a batch: two blocks at least
+
+
+def _winograd_columns(g: _Conv, dtype: np.dtype[Any]) -> int:
+    """The most tile columns a Winograd block takes (see _WINOGRAD_BYTES)."""
+    return max(_WINOGRAD_MIN_COLS, _WINOGRAD_BYTES // (16 * (g.c + g.o) * dtype.itemsize))
 
 
 def _run_blocks(work: Any, count: int, flops: float, images: int, *args: Any) -> None:
@@ -700,8 +820,10 @@ def _winograd_blocks(
     og, cg = g.o // g.groups, g.c // g.groups
     span = _winograd_span(tw)
     width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks) * span
-    v = np.empty((16, g.c, width), x.dtype)  # the input tiles, transformed
-    m = np.empty((16, g.o, width), x.dtype)  # their products with the weights
+    # This thread's kept arrays (see _work_array): fresh ones of 0.5-1 MB are
+    # fresh pages each call (measured 64x64x32x32 at batch 1: 530 against 550-960 us).
+    v = _work_array("winograd input", (16, g.c, width), x.dtype)  # the input tiles, transformed
+    m = _work_array("winograd products", (16, g.o, width), x.dtype)  # times the weights
     for unit in units:
         n0, n1, r0, r1 = blocks[unit]
         image = (r1 - r0) * span  # columns an image takes
@@ -761,7 +883,7 @@ def _conv2d_gathered(
         # blocks (one product on BLAS's pool leaves its threads spinning beside
         # those splits: ResNet-18 at batch 32 took 196-201 ms against 155-161 ms).
         cols = _gather(x, g, 0, g.n, 0, g.ho)
-        res = np.empty((g.o, g.n * pixels), x.dtype)
+        res = _work_array("im2col products", (g.o, g.n * pixels), x.dtype)
         _rows_by_two(_gathered_channels, g.o // g.groups, wmat, cols, bias, res, g)
         _scatter(res, out, g, 0, g.n, 0, g.ho)
         done.finished(blocks[0])
@@ -776,7 +898,7 @@ def _gather(x: np.ndarray, g: _Conv, n0: int, n1: int, r0: int, r1: int) -> np.n
 
     cg = g.c // g.groups
     span = (r1 - r0) * g.wo
-    cols = np.empty((g.groups, cg * g.kh * g.kw, (n1 - n0) * span), x.dtype)
+    cols = _work_array("im2col", (g.groups, cg * g.kh * g.kw, (n1 - n0) * span), x.dtype)
     for k in range(n1 - n0):
         for gi in range(g.groups):
             im2col(
@@ -817,7 +939,7 @@ def _gathered_blocks(
         if n1 - n0 == 1:  # one image: the products land in place
             dest = flat[n0, :, r0 * g.wo : r1 * g.wo]
         else:
-            dest = np.empty((g.o, cols.shape[2]), x.dtype)
+            dest = _work_array("im2col products", (g.o, cols.shape[2]), x.dtype)
         for gi in range(g.groups):
             _blas.matmul(wmat[gi], cols[gi], dest[gi * og : (gi + 1) * og])
         if bias is not None:
@@ -905,12 +1027,18 @@ def conv2d_out_form(inputs: Sequence[Any], static: dict[str, Any], weight: Any =
     transform is then made once, here)."""
     x, w, *rest = inputs
     g, u = _geometry_and_u(x, w, rest[0] if rest else None, weight, **static)
+    # One image with a constant weight: set up for the shared pool now, once.
+    pooled = None if weight is None else _pooled_conv(g, weight, u, np.dtype(x.dtype))
 
     def with_bias(x: Any, w: Any, b: Any, out: Any, epilogue: Any = None) -> None:
+        if pooled is not None and pooled(x, b, out):
+            if epilogue is not None:
+                epilogue(0, 1)
+            return
         _conv2d_run(x, w, b, g, u, out, epilogue)
 
     def without_bias(x: Any, w: Any, out: Any, epilogue: Any = None) -> None:
-        _conv2d_run(x, w, None, g, u, out, epilogue)
+        with_bias(x, w, None, out, epilogue)
 
     return with_bias if rest else without_bias
 
@@ -2093,13 +2221,27 @@ def _work_array(slot: str, shape: Shape, dtype: np.dtype[Any]) -> np.ndarray:
     size = math.prod(shape) * dtype.itemsize
     if size > _KEPT_WORK_BYTES:
         return np.empty(shape, dtype)
-    kept: dict[str, np.ndarray] | None = getattr(_work_arrays, "kept", None)
+    kept: dict[str, tuple[np.ndarray, dict[Any, np.ndarray]]] | None = getattr(
+        _work_arrays, "kept", None
+    )
     if kept is None:
         kept = _work_arrays.kept = {}
-    buffer = kept.get(slot)
-    if buffer is None or buffer.nbytes < size:
-        buffer = kept[slot] = np.empty(size, np.uint8)
-    return buffer[:size].view(dtype).reshape(shape)
+    entry = kept.get(slot)
+    if entry is None or entry[0].nbytes < size:
+        entry = kept[slot] = (np.empty(size, np.uint8), {})
+    # The views made of it, by shape: a kernel run again gets its view back
+    # without making one (Python between kernels is slow: see _PooledConv).
+    buffer, views = entry
+    view = views.get((shape, dtype))
+    if view is None:
+        if len(views) >= _KEPT_VIEWS:
+            views.clear()
+        view = views[shape, dtype] = buffer[:size].view(dtype).reshape(shape)
+    return view
+
+
+#: Views of a work array kept for reuse, at most (attention's change with the length).
+_KEPT_VIEWS = 32
 
 
 def _view(a: np.ndarray, shape: Shape) -> np.ndarray:

@@ -125,11 +125,14 @@ def _by_images(product_into: Any, n_product: int, modes: list[bool], ew: Any) ->
 
     def out_kernel(*args: Any) -> None:
         out = args[-1]
-        rest = list(zip(args[n_product:-1], modes, strict=True))
 
         def epilogue(first: int, end: int) -> None:
+            if first == 0 and end == len(out):  # every image (batch 1): no views to make
+                ew(*args[n_product:])  # the rest and out: reads the images from out, in place
+                return
+            rest = zip(args[n_product:-1], modes, strict=True)
             operands = [a[first:end] if by_images else a for a, by_images in rest]
-            ew(*operands, out[first:end])  # reads the convolution's images from out, in place
+            ew(*operands, out[first:end])
 
         product_into(*args[:n_product], out, epilogue=epilogue)
 
