@@ -1648,7 +1648,7 @@ def spy_pool_convolutions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from eagerrt.ops import _numba_nn
 
     calls: list[str] = []
-    for name in ("winograd_on_pool", "gathered_on_pool"):
+    for name in ("winograd_on_pool", "gathered_on_pool", "gathered_blocks_on_pool"):
         kernel = getattr(_numba_nn, name)
         spy = lambda *a, _k=kernel, _n=name: calls.append(_n) or _k(*a)  # noqa: E731
         monkeypatch.setattr(_numba_nn, name, spy)
@@ -1690,8 +1690,31 @@ def test_one_image_convolutions_run_on_the_shared_pool(
             assert calls == [kernel], (image, wshape, calls)
 
 
+@pytest.mark.parametrize("batch", [2, 5])
+def test_batch_convolutions_run_on_the_shared_pool(
+    batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch's blocks on the pool: several small images a block (their products
+    # copied into place), an image a block (in place), rows of one image a
+    # block (big images), Winograd's whole images and tile rows; all equal to
+    # the reference, with the im2col forms' blocks made small to take every kind.
+    pool_or_skip()
+    calls = spy_pool_convolutions(monkeypatch)
+    for limit in (1 << 20, 1 << 14, 1 << 12):
+        monkeypatch.setattr(nn_ops, "_IM2COL_BYTES", limit)
+        for image, wshape, stride, (ph, pw), dilation, with_bias, kernel in POOL_CONVS:
+            x, w = rand(batch, *image), rand(*wshape)
+            b = rand(wshape[0]) if with_bias else None
+            want = ref_conv2d(x, w, b, (stride,) * 2, (ph, ph, pw, pw), (dilation,) * 2, 1)
+            calls.clear()
+            got = nn_ops._conv2d_kernel(x, w, b, stride=stride, padding=(ph, pw), dilation=dilation)
+            close(got, want, scale=5)
+            name = "gathered_blocks_on_pool" if kernel == "gathered_on_pool" else kernel
+            assert calls == [name], (image, wshape, limit, calls)
+
+
 def test_pool_convolutions_fall_back_where_they_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Other tasks on the other cores, groups, a batch, too little work: the other forms run, and the results are still right.
+    # Other tasks on the other cores, groups, too little work: the other forms run, and the results are still right.
     pool_or_skip()
     calls = spy_pool_convolutions(monkeypatch)
     x, w, b = rand(1, 16, 18, 18), rand(24, 16, 3, 3), rand(24)
@@ -1706,12 +1729,6 @@ def test_pool_convolutions_fall_back_where_they_cannot_run(monkeypatch: pytest.M
         ref_conv2d(x, wg, b, (1, 1), (1, 1, 1, 1), (1, 1), 2),
         scale=5,
     )
-    xs = rand(2, 16, 18, 18)
-    close(
-        nn_ops._conv2d_kernel(xs, w, b, padding=1),
-        ref_conv2d(xs, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1),
-        scale=5,
-    )
     small = rand(1, 4, 6, 6)
     close(
         nn_ops._conv2d_kernel(small, w[:, :4], b, padding=1),
@@ -1721,10 +1738,13 @@ def test_pool_convolutions_fall_back_where_they_cannot_run(monkeypatch: pytest.M
     assert calls == []
 
 
-def test_compiled_convolutions_set_up_for_the_pool_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Graph mode at batch 1 with constant weights: the pool's setup is made when
-    # the plan is, each call runs the pool's kernels, and the fused epilogue (a
-    # residual add and relu) runs over the whole image; equal to eager numpy.
+@pytest.mark.parametrize("batch", [1, 3])
+def test_compiled_convolutions_set_up_for_the_pool_once(
+    batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Graph mode with constant weights: the pool's setup is made when the plan
+    # is, each call runs the pool's kernels, and the fused epilogue (a residual
+    # add and relu) runs over every image; equal to eager numpy.
     pool_or_skip()
     calls = spy_pool_convolutions(monkeypatch)
     made: list[int] = []
@@ -1743,12 +1763,13 @@ def test_compiled_convolutions_set_up_for_the_pool_once(monkeypatch: pytest.Monk
         skip = ert.conv2d(x, cws, stride=2)
         return ert.relu(ert.conv2d(y, cw2, stride=2, padding=1) + skip)
 
-    x = rand(1, 64, 32, 32)
+    x = rand(batch, 64, 32, 32)
     y = np.maximum(ref_conv2d(x, w1, b1, (1, 1), (1, 1, 1, 1), (1, 1), 1), 0)
     skip = ref_conv2d(x, ws, None, (2, 2), (0, 0, 0, 0), (1, 1), 1)
     want = np.maximum(ref_conv2d(y, w2, None, (2, 2), (1, 1, 1, 1), (1, 1), 1) + skip, 0)
     for _ in range(2):
         calls.clear()
         close(block(ert.asarray(x)), want, scale=20)
-        assert sorted(calls) == ["gathered_on_pool"] * 2 + ["winograd_on_pool"]
+        gathered = "gathered_on_pool" if batch == 1 else "gathered_blocks_on_pool"
+        assert sorted(calls) == [gathered] * 2 + ["winograd_on_pool"]
     assert len(made) == 3  # once per convolution, when the plan was made

@@ -25,6 +25,7 @@ __all__ = [
     "avg_pool2d",
     "col2im_add",
     "gather_heads",
+    "gathered_blocks_on_pool",
     "gathered_on_pool",
     "im2col",
     "mask_keys",
@@ -203,6 +204,70 @@ def gathered_on_pool(
                 b = bias[r]
                 for q in range(pixels):
                     flat[r, q] += b
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def gathered_blocks_on_pool(
+    gemm_address: int,
+    x: Any,
+    w: Any,
+    bias: Any,
+    out: Any,
+    blocks: Any,
+    cols: Any,
+    products: Any,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    ph: int,
+    pw: int,
+    dh: int,
+    dw: int,
+) -> None:  # pragma: no cover - compiled
+    """A batch's convolution as im2col and products, the (first image, end
+    image, first row, end row) ``blocks`` shared by numba's parallel loop: each
+    block gathered into its thread's ``cols`` (threads, C * kh * kw, width),
+    multiplied by ``w`` (O, C * kh * kw) through MKL's gemm (``gemm_address``,
+    for x's dtype) on that thread, and ``bias`` added: straight into ``out``
+    (N, O, Ho, Wo) for a block of one image (its rows are a run of each output
+    channel's), else into the thread's ``products`` (threads, O, width) and
+    then copied into each image's place. ``x`` (N, C, H, W); all arrays
+    C-contiguous."""
+    channels = x.shape[1]
+    o, taps = w.shape
+    ho, wo = out.shape[2], out.shape[3]
+    pixels = ho * wo
+    width = cols.shape[2]
+    item = x.itemsize
+    one, zero = x.dtype.type(1.0), x.dtype.type(0.0)
+    for unit in numba.prange(blocks.shape[0]):
+        n0, n1, r0, r1 = blocks[unit, 0], blocks[unit, 1], blocks[unit, 2], blocks[unit, 3]
+        mine = numba.get_thread_id()
+        ct, pt = cols[mine], products[mine]
+        span = (r1 - r0) * wo
+        for k in range(n1 - n0):
+            im2col(x[n0 + k], ct, k * span, 0, channels, kh, kw, sh, sw, ph, pw, dh, dw,
+                   r0, r1, wo)  # fmt: skip
+        n = (n1 - n0) * span
+        if n1 - n0 == 1:  # in place: rows [r0, r1) of each channel, pixels apart
+            flat = out[n0].reshape(o, pixels)
+            at = flat.ctypes.data + r0 * wo * item
+            gemm(gemm_address, NO_TRANS, o, span, taps, one, w.ctypes.data, taps, ct.ctypes.data,
+                 width, zero, at, pixels)  # fmt: skip
+            for r in range(o):
+                b = bias[r]
+                for q in range(r0 * wo, r1 * wo):
+                    flat[r, q] += b
+        else:
+            gemm(gemm_address, NO_TRANS, o, n, taps, one, w.ctypes.data, taps, ct.ctypes.data,
+                 width, zero, pt.ctypes.data, width)  # fmt: skip
+            for k in range(n1 - n0):
+                dest = out[n0 + k].reshape(o, pixels)
+                for r in range(o):
+                    b = bias[r]
+                    for q in range(span):
+                        dest[r, q] = pt[r, k * span + q] + b
 
 
 # -- Winograd F(2x2, 3x3) ------------------------------------------------------------

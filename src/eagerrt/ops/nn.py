@@ -549,26 +549,32 @@ _POOL_FLOPS = 1e6
 
 
 class _PooledConv:
-    """One image's convolution as one numba parallel loop on MKL's oneTBB
-    workers (:mod:`eagerrt.ops._shared_pool`), set up once: graph mode sets one
-    up when the plan is made, so a call is a few checks and the kernel's.
+    """A convolution as one numba parallel loop on MKL's oneTBB workers
+    (:mod:`eagerrt.ops._shared_pool`), set up once: graph mode sets one up when
+    the plan is made, so a call is a few checks and the kernel's.
 
-    Winograd runs :func:`_numba_nn.winograd_on_pool`: the tile rows cut into a
-    block per thread at least, each block's transforms and 16 products on one
-    core (measured 64x64x32x32: 230 against 510 us with the transforms on this
-    thread and the products on MKL's threads, short products that wait on each
-    other 16 times a block). Other convolutions run
-    :func:`_numba_nn.gathered_on_pool`: im2col split by channels, the product
-    by output channels (512x512x4x4: 350 against 415 us; a 1x1 256->512 at
-    stride 2: 45 against 86 us). Python between kernels is slow here, its
-    code and data evicted by the kernels (a 1 us function took 5-11 us between
-    ResNet's convolutions), so the call does as little of it as it can."""
+    Winograd runs :func:`_numba_nn.winograd_on_pool`, one image's tile rows cut
+    into a block per thread at least, each block's transforms and 16 products
+    on one core (measured 64x64x32x32: 230 against 510 us with the transforms
+    on this thread and the products on MKL's threads, short products that wait
+    on each other 16 times a block). Other convolutions of one image run
+    :func:`_numba_nn.gathered_on_pool`, im2col split by channels and the
+    product by output channels (512x512x4x4: 350 against 415 us; a 1x1
+    256->512 at stride 2: 45 against 86 us); a batch's run
+    :func:`_numba_nn.gathered_blocks_on_pool`, blocks of images or rows. A
+    batch's blocks are those of the helper-thread forms, without their Python
+    between blocks (64x64x32x32 at batch 32: 8.3 against 11.6 ms); its
+    epilogue then runs once over the whole result.
+
+    Python between kernels is slow here, its code and data evicted by the
+    kernels (a 1 us function took 5-11 us between ResNet's convolutions), so
+    the call does as little of it as it can."""
 
     def __init__(
         self, g: _Conv, weight: np.ndarray, u: np.ndarray | None, dtype: np.dtype[Any]
     ) -> None:
         from . import _blas, _shared_pool
-        from ._numba_nn import gathered_on_pool, winograd_on_pool
+        from ._numba_nn import gathered_blocks_on_pool, gathered_on_pool, winograd_on_pool
 
         address = _blas.gemm_address(dtype)
         assert address is not None  # _pooled_conv checked
@@ -580,23 +586,32 @@ class _PooledConv:
         self.u = u
         self.kernel: Any = winograd_on_pool if u is not None else gathered_on_pool
         if u is not None:
-            th, tw = (g.ho + 1) // 2, (g.wo + 1) // 2
+            tw = (g.wo + 1) // 2
             self.tw, self.span = tw, _winograd_span(tw)
-            rows = min(-(-th // self.threads), max(1, _winograd_columns(g, dtype) // self.span))
-            self.blocks = np.array(
-                [(0, 1, r0, min(th, r0 + rows)) for r0 in range(0, th, rows)], np.int64
+            blocks = _winograd_blocks_of(g, dtype, self.threads)
+            self.blocks = np.array(blocks, np.int64)
+            width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks) * self.span
+            self.work: tuple[Shape, Shape] = (
+                (self.threads, 16, g.c, width),
+                (self.threads, 16, g.o, width),
             )
-            width = rows * self.span
-            self.work = ((self.threads, 16, g.c, width), (self.threads, 16, g.o, width))
         else:
             self.wmat = np.ascontiguousarray(weight, dtype).reshape(g.o, -1)
-            self.gather = not _plain(g)
-            self.cols = (self.wmat.shape[1], g.ho * g.wo)
-            self.no_cols = np.empty((0, 0), dtype)  # stands for cols where the image is them
+            taps = self.wmat.shape[1]
+            if g.n == 1:
+                self.gather = not _plain(g)
+                self.cols = (taps, g.ho * g.wo)
+                self.no_cols = np.empty((0, 0), dtype)  # stands for cols where the image is them
+            else:
+                self.kernel = gathered_blocks_on_pool
+                blocks = _gathered_blocks_of(g, dtype, self.threads)
+                self.blocks = np.array(blocks, np.int64)
+                width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks) * g.wo
+                self.work = ((self.threads, taps, width), (self.threads, g.o, width))
 
     def __call__(self, x: np.ndarray, bias: np.ndarray | None, out: np.ndarray) -> bool:
-        """Write the convolution of ``x`` (C-contiguous, (1, C, H, W)) plus
-        ``bias`` into ``out`` (C-contiguous (1, O, Ho, Wo)); False (nothing
+        """Write the convolution of ``x`` (C-contiguous, (N, C, H, W)) plus
+        ``bias`` into ``out`` (C-contiguous (N, O, Ho, Wo)); False (nothing
         done) where other tasks have the other cores (:func:`_cores_taken`),
         the thread count was changed since, or ``x`` is not C-contiguous."""
         from . import _shared_pool
@@ -612,10 +627,15 @@ class _PooledConv:
             m = _work_array("winograd products", self.work[1], self.dtype)
             self.kernel(self.address, x, self.u, b, out, self.blocks, self.tw, self.span,
                         g.ph, g.pw, v, m)  # fmt: skip
-        else:
+        elif g.n == 1:
             cols = _work_array("im2col", self.cols, self.dtype) if self.gather else self.no_cols
             self.kernel(self.address, x, self.wmat, b, out, cols, self.gather, g.kh, g.kw,
                         g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, self.threads)  # fmt: skip
+        else:
+            cols = _work_array("im2col", self.work[0], self.dtype)
+            products = _work_array("im2col products", self.work[1], self.dtype)
+            self.kernel(self.address, x, self.wmat, b, out, self.blocks, cols, products,
+                        g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)  # fmt: skip
         return True
 
 
@@ -624,9 +644,10 @@ def _pooled_conv(
 ) -> _PooledConv | None:
     """A :class:`_PooledConv` for a convolution of geometry ``g`` (Winograd
     where ``u``, its Winograd weights, is given), or None where it can't run
-    so: not one image, too little work, no such pool
+    so: too little work, no such pool
     (:func:`_shared_pool.ready`), a dtype BLAS doesn't take, a weight of
-    another dtype, groups, or an im2col matrix too big for a kept work array."""
+    another dtype, groups, or one image's im2col matrix too big for a kept
+    work array."""
     from . import _blas, _shared_pool
 
     cg = g.c // g.groups
@@ -634,16 +655,16 @@ def _pooled_conv(
         flops = 32.0 * g.o * cg * ((g.ho + 1) // 2) * _winograd_span((g.wo + 1) // 2)
     else:
         flops = 2.0 * g.o * cg * g.kh * g.kw * g.ho * g.wo
-    if g.n != 1 or flops < _POOL_FLOPS or not _shared_pool.ready():
+    if flops * g.n < _POOL_FLOPS or not _shared_pool.ready():
         return None
     if _blas.gemm_address(dtype) is None or weight.dtype != dtype:
         return None
     if u is None:
         taps = cg * g.kh * g.kw
         pixels = g.ho * g.wo
-        if g.groups != 1 or max(taps, pixels, g.o) >= 1 << 31:
+        if g.groups != 1 or max(taps, pixels * g.n, g.o) >= 1 << 31:
             return None
-        if not _plain(g) and taps * pixels * dtype.itemsize > _KEPT_WORK_BYTES:
+        if g.n == 1 and not _plain(g) and taps * pixels * dtype.itemsize > _KEPT_WORK_BYTES:
             return None
     return _PooledConv(g, weight, u, dtype)
 
@@ -710,24 +731,36 @@ def _conv2d_winograd(
     th, tw = (g.ho + 1) // 2, (g.wo + 1) // 2
     span = _winograd_span(tw)
     per_image = th * span  # block columns an image takes
-    most = _winograd_columns(g, x.dtype)
     flops = 32.0 * g.o * (g.c // g.groups) * per_image * g.n  # the products'
     if u is None:
         u = _winograd_u(weight, g)
     b = np.zeros(g.o, x.dtype) if bias is None else bias
-    blocks: list[tuple[int, int, int, int]]  # (first image, end image, first row, end row)
-    if per_image <= most:  # whole images a block, two blocks at least
-        images = _even_share(g.n, max(1, min(most // per_image, -(-g.n // 2))))
-        blocks = [(n0, min(g.n, n0 + images), 0, th) for n0 in range(0, g.n, images)]
-    else:
-        rows = _even_share(th, max(1, most // span))
-        blocks = [
-            (n0, n0 + 1, r0, min(th, r0 + rows)) for n0 in range(g.n) for r0 in range(0, th, rows)
-        ]
+    blocks = _winograd_blocks_of(g, x.dtype, min(2, g.n))  # a batch: two blocks at least
     done = done or _ImagesDone(None)
     done.expect(blocks)
     args = (x, u, b, g, out, blocks, done)
-    _run_blocks(_winograd_blocks, len(blocks), flops, g.n, *args)  # a batch: two blocks at least
+    _run_blocks(_winograd_blocks, len(blocks), flops, g.n, *args)
+
+
+#: A block of work: (first image, end image, first row, end row) of tiles or output rows.
+_Block = tuple[int, int, int, int]
+
+
+def _winograd_blocks_of(g: _Conv, dtype: np.dtype[Any], least: int) -> list[_Block]:
+    """A Winograd convolution's blocks of tile rows: whole images a block where
+    they fit in :func:`_winograd_columns` (``least`` blocks at least, where the
+    batch allows), else tile rows of one image (one image: ``least`` blocks at
+    least, where its rows allow)."""
+    th, tw = (g.ho + 1) // 2, (g.wo + 1) // 2
+    span = _winograd_span(tw)
+    per_image = th * span
+    most = _winograd_columns(g, dtype)
+    if per_image <= most and g.n > 1:
+        images = _even_share(g.n, max(1, min(most // per_image, -(-g.n // least))))
+        return [(n0, min(g.n, n0 + images), 0, th) for n0 in range(0, g.n, images)]
+    rows = min(max(1, most // span), -(-th // least) if g.n == 1 else th)
+    rows = _even_share(th, rows)
+    return [(n0, n0 + 1, r0, min(th, r0 + rows)) for n0 in range(g.n) for r0 in range(0, th, rows)]
 
 
 def _winograd_columns(g: _Conv, dtype: np.dtype[Any]) -> int:
@@ -860,19 +893,7 @@ def _conv2d_gathered(
     here, their products on BLAS's threads (see :func:`_on_blas_threads`)."""
     taps = (g.c // g.groups) * g.kh * g.kw
     pixels = g.ho * g.wo
-    per_row = taps * g.wo * x.itemsize
-    blocks: list[tuple[int, int, int, int]]  # (first image, end image, first row, end row)
-    if per_row * g.ho <= _IM2COL_BYTES:
-        fit = min(_IM2COL_BYTES // (per_row * g.ho), -(-_BLOCK_COLUMNS // pixels))
-        images = _even_share(g.n, max(1, fit))
-        blocks = [(n0, min(g.n, n0 + images), 0, g.ho) for n0 in range(0, g.n, images)]
-    else:
-        rows = _even_share(g.ho, max(1, _IM2COL_BYTES // per_row))
-        blocks = [
-            (n0, n0 + 1, r0, min(g.ho, r0 + rows))
-            for n0 in range(g.n)
-            for r0 in range(0, g.ho, rows)
-        ]
+    blocks = _gathered_blocks_of(g, x.dtype, 1)
     done = done or _ImagesDone(None)
     done.expect(blocks)
     args = (x, wmat, bias, g, out, blocks, done)
@@ -889,6 +910,24 @@ def _conv2d_gathered(
         done.finished(blocks[0])
     else:
         _run_blocks(_gathered_blocks, len(blocks), flops, g.n, *args)
+
+
+def _gathered_blocks_of(g: _Conv, dtype: np.dtype[Any], least: int) -> list[_Block]:
+    """An im2col convolution's blocks of output rows, each an im2col matrix of
+    at most ``_IM2COL_BYTES``: several whole images where they are small (up
+    to ``_BLOCK_COLUMNS`` columns; ``least`` blocks at least, where the batch
+    allows), else rows of one image."""
+    taps = (g.c // g.groups) * g.kh * g.kw
+    pixels = g.ho * g.wo
+    per_row = taps * g.wo * dtype.itemsize
+    if per_row * g.ho <= _IM2COL_BYTES:
+        fit = min(_IM2COL_BYTES // (per_row * g.ho), -(-_BLOCK_COLUMNS // pixels), -(-g.n // least))
+        images = _even_share(g.n, max(1, fit))
+        return [(n0, min(g.n, n0 + images), 0, g.ho) for n0 in range(0, g.n, images)]
+    rows = _even_share(g.ho, max(1, _IM2COL_BYTES // per_row))
+    return [
+        (n0, n0 + 1, r0, min(g.ho, r0 + rows)) for n0 in range(g.n) for r0 in range(0, g.ho, rows)
+    ]
 
 
 def _gather(x: np.ndarray, g: _Conv, n0: int, n1: int, r0: int, r1: int) -> np.ndarray:
@@ -1027,13 +1066,13 @@ def conv2d_out_form(inputs: Sequence[Any], static: dict[str, Any], weight: Any =
     transform is then made once, here)."""
     x, w, *rest = inputs
     g, u = _geometry_and_u(x, w, rest[0] if rest else None, weight, **static)
-    # One image with a constant weight: set up for the shared pool now, once.
+    # A constant weight: set up for the shared pool now, once.
     pooled = None if weight is None else _pooled_conv(g, weight, u, np.dtype(x.dtype))
 
     def with_bias(x: Any, w: Any, b: Any, out: Any, epilogue: Any = None) -> None:
         if pooled is not None and pooled(x, b, out):
             if epilogue is not None:
-                epilogue(0, 1)
+                epilogue(0, g.n)
             return
         _conv2d_run(x, w, b, g, u, out, epilogue)
 
