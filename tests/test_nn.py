@@ -1714,15 +1714,12 @@ def test_batch_convolutions_run_on_the_shared_pool(
 
 
 def test_pool_convolutions_fall_back_where_they_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Other tasks on the other cores, groups, too little work: the other forms run, and the results are still right.
+    # Groups and too little work take the other forms; a changed thread count
+    # since a compiled convolution's setup too. The results are still right.
     pool_or_skip()
     calls = spy_pool_convolutions(monkeypatch)
     x, w, b = rand(1, 16, 18, 18), rand(24, 16, 3, 3), rand(24)
     want = ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    monkeypatch.setattr(nn_ops, "_cores_taken", lambda others=1: True)
-    close(nn_ops._conv2d_kernel(x, w, b, padding=1), want, scale=5)
-    monkeypatch.undo()
-    calls = spy_pool_convolutions(monkeypatch)
     wg = rand(24, 8, 3, 3)
     close(
         nn_ops._conv2d_kernel(x, wg, b, padding=1, groups=2),
@@ -1736,6 +1733,47 @@ def test_pool_convolutions_fall_back_where_they_cannot_run(monkeypatch: pytest.M
         scale=5,
     )
     assert calls == []
+    g = nn_ops._conv_geometry(x, w, b, 1, 1, 1, 1)
+    pooled = nn_ops._pooled_conv(g, w, nn_ops._winograd_u(w, g), np.dtype(np.float32))
+    assert pooled is not None
+    out = np.empty_like(want, dtype=np.float32)
+    with ert.config.override(num_threads=1):  # since the setup (for two)
+        assert not pooled(x, b, out)
+    assert not pooled(np.asfortranarray(x), b, out)
+    assert pooled(x, b, out) and calls == ["winograd_on_pool"]
+    close(out, want, scale=5)
+
+
+def test_pool_convolutions_run_alone_while_other_tasks_have_the_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Other requests' tasks on the other cores: the pool's kernels still run (no
+    # Python between blocks), but on this thread alone, MKL held to it as well.
+    import numba
+
+    from eagerrt.ops import _blas, _numba_nn
+
+    pool_or_skip()
+    seen: list[tuple[int, int | None]] = []
+    for name in ("winograd_on_pool", "gathered_on_pool", "gathered_blocks_on_pool"):
+        kernel = getattr(_numba_nn, name)
+
+        def spy(*a: Any, _k: Any = kernel) -> None:
+            held = _blas.hold_to_one_thread()  # what MKL's count was, set back at once
+            _blas.release_thread_hold(held)
+            seen.append((numba.get_num_threads(), held))
+            _k(*a)
+
+        monkeypatch.setattr(_numba_nn, name, spy)
+    monkeypatch.setattr(nn_ops, "_cores_taken", lambda others=1: True)
+    for batch in (1, 3):
+        x, w, b = rand(batch, 16, 18, 18), rand(24, 16, 3, 3), rand(24)
+        want = ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+        close(nn_ops._conv2d_kernel(x, w, b, padding=1), want, scale=5)
+        w2, b2 = rand(48, 16, 3, 3), rand(48)
+        want = ref_conv2d(x, w2, b2, (2, 2), (1, 1, 1, 1), (1, 1), 1)
+        close(nn_ops._conv2d_kernel(x, w2, b2, stride=2, padding=1), want, scale=5)
+    assert len(seen) == 4 and all(s == (1, 1) for s in seen)
 
 
 @pytest.mark.parametrize("batch", [1, 3])

@@ -148,6 +148,12 @@ def im2col(
                 row += 1
 
 
+# Work areas taken over: the pool kernels below give each thread of their parallel loop
+# its own work area (numba.get_thread_id()). oneTBB may hand a thread another
+# iteration of the same loop while that thread waits inside MKL's product (a
+# nested parallel region: MKL's own tasks and the loop's share the workers), and
+# the iteration it takes over then runs on the same thread, in the middle of the
+# one it interrupted. Such an iteration works in fresh arrays instead.
 @numba.njit(parallel=True, nogil=True, cache=True)
 def gathered_on_pool(
     gemm_address: int,
@@ -241,10 +247,17 @@ def gathered_blocks_on_pool(
     width = cols.shape[2]
     item = x.itemsize
     one, zero = x.dtype.type(1.0), x.dtype.type(0.0)
+    busy = np.zeros(cols.shape[0], np.bool_)  # each thread's work area in use
     for unit in numba.prange(blocks.shape[0]):
         n0, n1, r0, r1 = blocks[unit, 0], blocks[unit, 1], blocks[unit, 2], blocks[unit, 3]
         mine = numba.get_thread_id()
-        ct, pt = cols[mine], products[mine]
+        nested = busy[mine]
+        if nested:  # taken over in the middle of another (see above gathered_on_pool)
+            ct = np.empty(cols.shape[1:], cols.dtype)
+            pt = np.empty(products.shape[1:], products.dtype)
+        else:
+            busy[mine] = True
+            ct, pt = cols[mine], products[mine]
         span = (r1 - r0) * wo
         for k in range(n1 - n0):
             im2col(x[n0 + k], ct, k * span, 0, channels, kh, kw, sh, sw, ph, pw, dh, dw,
@@ -268,6 +281,7 @@ def gathered_blocks_on_pool(
                     b = bias[r]
                     for q in range(span):
                         dest[r, q] = pt[r, k * span + q] + b
+        busy[mine] = nested
 
 
 # -- Winograd F(2x2, 3x3) ------------------------------------------------------------
@@ -498,10 +512,16 @@ def winograd_on_pool(
     width = v.shape[3]
     item = x.itemsize
     one, zero = x.dtype.type(1.0), x.dtype.type(0.0)
+    busy = np.zeros(v.shape[0], np.bool_)  # each thread's work area in use
     for unit in numba.prange(blocks.shape[0]):
         n0, n1, r0, r1 = blocks[unit, 0], blocks[unit, 1], blocks[unit, 2], blocks[unit, 3]
         mine = numba.get_thread_id()
-        vt, mt = v[mine], m[mine]
+        nested = busy[mine]
+        if nested:  # taken over in the middle of another (see above gathered_on_pool)
+            vt, mt = np.empty(v.shape[1:], v.dtype), np.empty(m.shape[1:], m.dtype)
+        else:
+            busy[mine] = True
+            vt, mt = v[mine], m[mine]
         image = (r1 - r0) * span
         for k in range(n1 - n0):
             winograd_input(x[n0 + k], vt, k * image, r0, r1, tw, span, ph, pw)
@@ -515,6 +535,7 @@ def winograd_on_pool(
                      zero, m_at, width)  # fmt: skip
         for k in range(n1 - n0):
             winograd_output(mt, out[n0 + k], bias, k * image, r0, r1, span)
+        busy[mine] = nested
 
 
 @numba.njit(nogil=True, cache=True)

@@ -612,14 +612,28 @@ class _PooledConv:
     def __call__(self, x: np.ndarray, bias: np.ndarray | None, out: np.ndarray) -> bool:
         """Write the convolution of ``x`` (C-contiguous, (N, C, H, W)) plus
         ``bias`` into ``out`` (C-contiguous (N, O, Ho, Wo)); False (nothing
-        done) where other tasks have the other cores (:func:`_cores_taken`),
-        the thread count was changed since, or ``x`` is not C-contiguous."""
-        from . import _shared_pool
+        done) where ``config.num_threads`` was changed since or ``x`` is not
+        C-contiguous. Where other tasks have the other cores
+        (:func:`_cores_taken`) the loop runs on this thread alone, MKL held to
+        it too."""
+        from . import _blas, _shared_pool
 
-        if _cores_taken() or _shared_pool.threads_for_call(alone=False) != self.threads:
+        alone = _cores_taken()
+        if _shared_pool.threads_for_call(alone) != (1 if alone else self.threads):
             return False
         if not x.flags.c_contiguous:
             return False
+        if not alone:
+            self._run(x, bias, out)
+            return True
+        saved = _blas.hold_to_one_thread()
+        try:
+            self._run(x, bias, out)
+        finally:
+            _blas.release_thread_hold(saved)
+        return True
+
+    def _run(self, x: np.ndarray, bias: np.ndarray | None, out: np.ndarray) -> None:
         b = self.zeros if bias is None else bias
         g = self.g
         if self.u is not None:
@@ -636,7 +650,6 @@ class _PooledConv:
             products = _work_array("im2col products", self.work[1], self.dtype)
             self.kernel(self.address, x, self.wmat, b, out, self.blocks, cols, products,
                         g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)  # fmt: skip
-        return True
 
 
 def _pooled_conv(
