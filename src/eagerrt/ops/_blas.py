@@ -65,6 +65,7 @@ class _MKL:
     def __init__(self, lib: ctypes.CDLL) -> None:
         c_int, c_void = ctypes.c_int, ctypes.c_void_p
         self.gemm: dict[np.dtype[Any], Any] = {}
+        self.gemm_addresses: dict[np.dtype[Any], int] = {}  # for numba kernels
         self.gemm_batch: dict[np.dtype[Any], Any] = {}  # one call for equally strided products
         for dtype, name, scalar in (
             (np.dtype(np.float32), "s", ctypes.c_float),
@@ -75,6 +76,7 @@ class _MKL:
             fn.argtypes = [c_int] * 6 + [scalar, c_void, c_int, c_void, c_int]
             fn.argtypes += [scalar, c_void, c_int]
             self.gemm[dtype] = fn
+            self.gemm_addresses[dtype] = int(ctypes.cast(fn, c_void).value or 0)
             fn = getattr(lib, f"cblas_{name}gemm_batch_strided")
             fn.restype = None
             fn.argtypes = [c_int] * 6 + [scalar] + [c_void, c_int, c_int] * 2 + [scalar]
@@ -187,8 +189,7 @@ def gemm_address(dtype: np.dtype[Any]) -> int | None:
     loops (:mod:`eagerrt.ops._native_gemm`); None where MKL is not the backend
     or has no product for ``dtype``."""
     mkl = _active()
-    fn = None if mkl is None else mkl.gemm.get(np.dtype(dtype))
-    return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
+    return None if mkl is None else mkl.gemm_addresses.get(np.dtype(dtype)) or None
 
 
 def _operand(a: np.ndarray) -> tuple[int, int] | None:

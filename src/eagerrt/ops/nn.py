@@ -251,10 +251,17 @@ def _cores_taken(others: int = 1) -> bool:
     """Whether at least ``others`` other CPU tasks are queued or running (other
     requests' models on the other workers): then a kernel does all its work on its
     own thread, BLAS held to it, rather than split it with the helper thread or
-    BLAS's pool over cores those tasks would be using."""
-    from ..devices.cpu import cpu
+    BLAS's pool over cores those tasks would be using. (Asked before every
+    split: the CPU device is looked up once.)"""
+    global _cpu_device
+    if _cpu_device is None:
+        from ..devices.cpu import cpu
 
-    return cpu.busy_besides_caller() >= others
+        _cpu_device = cpu
+    return _cpu_device.busy_besides_caller() >= others
+
+
+_cpu_device: Any = None
 
 
 def _two_blas_threads() -> bool:
@@ -2371,6 +2378,18 @@ def _attend(
         _one_thread_matmul(s, _block(vb, c0, c1, buffers[2]), out[c0:c1])
 
 
+#: attention_heads's ``masked`` where no key is masked out (no rows).
+_NO_KEY_MASKED = np.zeros((0, 0), np.bool_)
+
+
+def _as_4d(x: np.ndarray, lead: Shape, shape: Shape) -> np.ndarray:
+    """``x`` with ``lead`` ones before its shape, broadcast to ``shape`` (itself
+    where it already has that shape: the common case, without numpy's calls)."""
+    if x.shape == shape:
+        return x
+    return np.broadcast_to(x.reshape(*lead, *x.shape) if lead else x, shape)
+
+
 def _attention_on_pool(
     q: np.ndarray,
     k: np.ndarray,
@@ -2397,14 +2416,14 @@ def _attention_on_pool(
         return None
     if g.length * g.source == 0 or max(g.length, g.source, g.embed, g.value_embed) >= 1 << 31:
         return None
-    masked = np.zeros((0, g.source), np.bool_)
+    masked = _NO_KEY_MASKED
     if mask is not None:
         if mask.dtype != np.bool_:
             return None
-        key_mask = _key_mask(~mask, g.batch)
-        if key_mask is None:
-            return None
-        if key_mask.masked.any():
+        if not mask.all():  # (a mask that allows every key is no mask, whatever its shape)
+            key_mask = _key_mask(~mask, g.batch)
+            if key_mask is None:
+                return None
             masked = key_mask.masked
     address = _blas.gemm_address(dtype)
     if address is None:
@@ -2413,11 +2432,9 @@ def _attention_on_pool(
     lead = (1,) * (2 - len(g.batch))
     batch4 = (*lead, *g.batch)
     kv_batch = (*batch4[:-1], batch4[-1] // g.kv_repeat)
-    q4 = np.broadcast_to(q.reshape(*lead, *q.shape) if lead else q, (*batch4, g.length, g.embed))
-    k4 = np.broadcast_to(k.reshape(*lead, *k.shape) if lead else k, (*kv_batch, g.source, g.embed))
-    v4 = np.broadcast_to(
-        v.reshape(*lead, *v.shape) if lead else v, (*kv_batch, g.source, g.value_embed)
-    )
+    q4 = _as_4d(q, lead, (*batch4, g.length, g.embed))
+    k4 = _as_4d(k, lead, (*kv_batch, g.source, g.embed))
+    v4 = _as_4d(v, lead, (*kv_batch, g.source, g.value_embed))
     if into is not None and into.dtype != dtype:
         return None  # the blocked form computes apart and copies (casting) in
     out = np.empty((*g.batch, g.length, g.value_embed), dtype) if into is None else into
