@@ -1811,3 +1811,18 @@ def test_compiled_convolutions_set_up_for_the_pool_once(
         gathered = "gathered_on_pool" if batch == 1 else "gathered_blocks_on_pool"
         assert sorted(calls) == [gathered] * 2 + ["winograd_on_pool"]
     assert len(made) == 3  # once per convolution, when the plan was made
+
+
+def test_pool_blocks_come_in_a_multiple_of_the_threads() -> None:
+    # Three blocks on two threads leave a core idle a third of the time: a
+    # batch's blocks are made as many as a multiple of the threads where they can.
+    assert nn_ops._balanced_share(32, 12, 2) == 8  # four blocks of 8, not three of 11
+    assert nn_ops._balanced_share(32, 7, 2) == 6  # six blocks (the last of 2), not five
+    assert nn_ops._balanced_share(3, 5, 2) == 2  # two blocks at most for three images
+    assert nn_ops._balanced_share(1, 4, 2) == 1
+    x, w = rand(32, 256, 8, 8), rand(256, 256, 3, 3)
+    g = nn_ops._conv_geometry(x, w, None, 1, 1, 1, 1)
+    blocks = nn_ops._winograd_blocks_of(g, np.dtype(np.float32), 2)
+    assert len(blocks) % 2 == 0 and sum(n1 - n0 for n0, n1, *_ in blocks) == 32
+    blocks = nn_ops._gathered_blocks_of(g, np.dtype(np.float32), 2)
+    assert len(blocks) % 2 == 0 and sum(n1 - n0 for n0, n1, *_ in blocks) == 32
