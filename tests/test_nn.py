@@ -1739,6 +1739,8 @@ def test_pool_convolutions_fall_back_where_they_cannot_run(monkeypatch: pytest.M
     out = np.empty_like(want, dtype=np.float32)
     with ert.config.override(num_threads=1):  # since the setup (for two)
         assert not pooled(x, b, out)
+    with ert.config.override(blas="numpy"):  # numpy's BLAS asked for since the setup
+        assert not pooled(x, b, out)
     assert not pooled(np.asfortranarray(x), b, out)
     assert pooled(x, b, out) and calls == ["winograd_on_pool"]
     close(out, want, scale=5)
@@ -1811,6 +1813,10 @@ def test_compiled_convolutions_set_up_for_the_pool_once(
         gathered = "gathered_on_pool" if batch == 1 else "gathered_blocks_on_pool"
         assert sorted(calls) == [gathered] * 2 + ["winograd_on_pool"]
     assert len(made) == 3  # once per convolution, when the plan was made
+    calls.clear()
+    with ert.config.override(blas="numpy"):  # the same plan, now on numpy's BLAS
+        close(block(ert.asarray(x)), want, scale=20)
+    assert calls == []
 
 
 def test_pool_blocks_come_in_a_multiple_of_the_threads() -> None:

@@ -619,16 +619,16 @@ class _PooledConv:
     def __call__(self, x: np.ndarray, bias: np.ndarray | None, out: np.ndarray) -> bool:
         """Write the convolution of ``x`` (C-contiguous, (N, C, H, W)) plus
         ``bias`` into ``out`` (C-contiguous (N, O, Ho, Wo)); False (nothing
-        done) where ``config.num_threads`` was changed since or ``x`` is not
-        C-contiguous. Where other tasks have the other cores
-        (:func:`_cores_taken`) the loop runs on this thread alone, MKL held to
-        it too."""
+        done) where ``config.num_threads`` was changed since, ``config.blas``
+        now asks for numpy's BLAS, or ``x`` is not C-contiguous. Where other
+        tasks have the other cores (:func:`_cores_taken`) the loop runs on this
+        thread alone, MKL held to it too."""
         from . import _blas, _shared_pool
 
+        if config.blas == "numpy" or not x.flags.c_contiguous:
+            return False
         alone = _cores_taken()
         if _shared_pool.threads_for_call(alone) != (1 if alone else self.threads):
-            return False
-        if not x.flags.c_contiguous:
             return False
         if not alone:
             self._run(x, bias, out)
