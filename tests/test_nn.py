@@ -1832,3 +1832,17 @@ def test_pool_blocks_come_in_a_multiple_of_the_threads() -> None:
     assert len(blocks) % 2 == 0 and sum(n1 - n0 for n0, n1, *_ in blocks) == 32
     blocks = nn_ops._gathered_blocks_of(g, np.dtype(np.float32), 2)
     assert len(blocks) % 2 == 0 and sum(n1 - n0 for n0, n1, *_ in blocks) == 32
+
+
+def test_a_pool_work_area_taken_over_mid_iteration_is_fresh() -> None:
+    # A thread handed another iteration of the loop while it waits inside MKL
+    # (oneTBB may) must not reuse the work area the interrupted one is using.
+    from eagerrt.ops._numba_nn import _work_areas
+
+    a, b, busy = np.zeros((1, 4, 4)), np.zeros((1, 2, 3)), np.zeros(1, np.bool_)
+    first_a, first_b, mine, nested = _work_areas(a, b, busy)  # outside a loop: thread 0
+    assert mine == 0 and not nested and busy[0]
+    assert np.shares_memory(first_a, a) and np.shares_memory(first_b, b)
+    again_a, again_b, _, nested = _work_areas(a, b, busy)  # before the first is done
+    assert nested and again_a.shape == (4, 4) and again_b.shape == (2, 3)
+    assert not np.shares_memory(again_a, a) and not np.shares_memory(again_b, b)

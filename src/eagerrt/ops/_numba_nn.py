@@ -148,12 +148,24 @@ def im2col(
                 row += 1
 
 
-# Work areas taken over: the pool kernels below give each thread of their parallel loop
-# its own work area (numba.get_thread_id()). oneTBB may hand a thread another
-# iteration of the same loop while that thread waits inside MKL's product (a
-# nested parallel region: MKL's own tasks and the loop's share the workers), and
-# the iteration it takes over then runs on the same thread, in the middle of the
-# one it interrupted. Such an iteration works in fresh arrays instead.
+@numba.njit(nogil=True, cache=True, inline="always")
+def _work_areas(a: Any, b: Any, busy: Any) -> Any:  # pragma: no cover - compiled
+    """In an iteration of a pool kernel's parallel loop: this thread's work
+    areas ``a[mine]`` and ``b[mine]`` (``busy[mine]`` then set), with ``mine``
+    and whether they were busy already; the iteration sets ``busy[mine]`` back
+    to that when done. oneTBB may hand a thread another iteration of the same
+    loop while it waits inside MKL's product (a nested parallel region: MKL's
+    tasks and the loop's share the workers), and that iteration then runs on
+    the same thread, in the middle of the one it interrupted: it gets fresh
+    arrays instead."""
+    mine = numba.get_thread_id()
+    nested = busy[mine]
+    if nested:
+        return np.empty(a.shape[1:], a.dtype), np.empty(b.shape[1:], b.dtype), mine, nested
+    busy[mine] = True
+    return a[mine], b[mine], mine, nested
+
+
 @numba.njit(parallel=True, nogil=True, cache=True)
 def gathered_on_pool(
     gemm_address: int,
@@ -250,14 +262,7 @@ def gathered_blocks_on_pool(
     busy = np.zeros(cols.shape[0], np.bool_)  # each thread's work area in use
     for unit in numba.prange(blocks.shape[0]):
         n0, n1, r0, r1 = blocks[unit, 0], blocks[unit, 1], blocks[unit, 2], blocks[unit, 3]
-        mine = numba.get_thread_id()
-        nested = busy[mine]
-        if nested:  # taken over in the middle of another (see above gathered_on_pool)
-            ct = np.empty(cols.shape[1:], cols.dtype)
-            pt = np.empty(products.shape[1:], products.dtype)
-        else:
-            busy[mine] = True
-            ct, pt = cols[mine], products[mine]
+        ct, pt, mine, nested = _work_areas(cols, products, busy)
         span = (r1 - r0) * wo
         for k in range(n1 - n0):
             im2col(x[n0 + k], ct, k * span, 0, channels, kh, kw, sh, sw, ph, pw, dh, dw,
@@ -515,13 +520,7 @@ def winograd_on_pool(
     busy = np.zeros(v.shape[0], np.bool_)  # each thread's work area in use
     for unit in numba.prange(blocks.shape[0]):
         n0, n1, r0, r1 = blocks[unit, 0], blocks[unit, 1], blocks[unit, 2], blocks[unit, 3]
-        mine = numba.get_thread_id()
-        nested = busy[mine]
-        if nested:  # taken over in the middle of another (see above gathered_on_pool)
-            vt, mt = np.empty(v.shape[1:], v.dtype), np.empty(m.shape[1:], m.dtype)
-        else:
-            busy[mine] = True
-            vt, mt = v[mine], m[mine]
+        vt, mt, mine, nested = _work_areas(v, m, busy)
         image = (r1 - r0) * span
         for k in range(n1 - n0):
             winograd_input(x[n0 + k], vt, k * image, r0, r1, tw, span, ph, pw)
