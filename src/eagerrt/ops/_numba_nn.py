@@ -166,6 +166,17 @@ def _work_areas(a: Any, b: Any, busy: Any) -> Any:  # pragma: no cover - compile
     return a[mine], b[mine], mine, nested
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _add_bias(
+    flat: Any, bias: Any, r0: int, r1: int, q0: int, q1: int
+) -> None:  # pragma: no cover - compiled
+    """``flat[r, q0:q1] += bias[r]`` for the rows r in [r0, r1)."""
+    for r in range(r0, r1):
+        b = bias[r]
+        for q in range(q0, q1):
+            flat[r, q] += b
+
+
 @numba.njit(parallel=True, nogil=True, cache=True)
 def gathered_on_pool(
     gemm_address: int,
@@ -218,10 +229,7 @@ def gathered_on_pool(
             gemm(gemm_address, NO_TRANS, o1 - o0, pixels, taps, one,
                  w.ctypes.data + o0 * taps * item, taps, source, pixels,
                  zero, flat.ctypes.data + o0 * pixels * item, pixels)  # fmt: skip
-            for r in range(o0, o1):
-                b = bias[r]
-                for q in range(pixels):
-                    flat[r, q] += b
+            _add_bias(flat, bias, o0, o1, 0, pixels)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -273,10 +281,7 @@ def gathered_blocks_on_pool(
             at = flat.ctypes.data + r0 * wo * item
             gemm(gemm_address, NO_TRANS, o, span, taps, one, w.ctypes.data, taps, ct.ctypes.data,
                  width, zero, at, pixels)  # fmt: skip
-            for r in range(o):
-                b = bias[r]
-                for q in range(r0 * wo, r1 * wo):
-                    flat[r, q] += b
+            _add_bias(flat, bias, 0, o, r0 * wo, r1 * wo)
         else:
             gemm(gemm_address, NO_TRANS, o, n, taps, one, w.ctypes.data, taps, ct.ctypes.data,
                  width, zero, pt.ctypes.data, width)  # fmt: skip

@@ -580,41 +580,43 @@ class _PooledConv:
     def __init__(
         self, g: _Conv, weight: np.ndarray, u: np.ndarray | None, dtype: np.dtype[Any]
     ) -> None:
-        from . import _blas, _shared_pool
+        from . import _shared_pool
         from ._numba_nn import gathered_blocks_on_pool, gathered_on_pool, winograd_on_pool
 
         address = _blas.gemm_address(dtype)
         assert address is not None  # _pooled_conv checked
+        # Looked up here, not imported on every call (Python is slow between kernels).
+        self.threads_for_call = _shared_pool.threads_for_call
         self.threads = _shared_pool.pool_threads()
         self.address = address
         self.dtype = dtype
         self.zeros = np.zeros(g.o, dtype)  # the bias where there is none
         self.g = g
         self.u = u
-        self.kernel: Any = winograd_on_pool if u is not None else gathered_on_pool
+        self.kernel: Any
+        self.work: tuple[Shape, Shape]
         if u is not None:
+            self.kernel = winograd_on_pool
             tw = (g.wo + 1) // 2
             self.tw, self.span = tw, _winograd_span(tw)
             blocks = _winograd_blocks_of(g, dtype, self.threads, _POOL_WINOGRAD_BYTES)
             self.blocks = np.array(blocks, np.int64)
-            width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks) * self.span
-            self.work: tuple[Shape, Shape] = (
-                (self.threads, 16, g.c, width),
-                (self.threads, 16, g.o, width),
-            )
+            width = _widest(blocks) * self.span
+            self.work = ((self.threads, 16, g.c, width), (self.threads, 16, g.o, width))
+            return
+        self.wmat = np.ascontiguousarray(weight, dtype).reshape(g.o, -1)
+        taps = self.wmat.shape[1]
+        if g.n == 1:
+            self.kernel = gathered_on_pool
+            self.gather = not _plain(g)
+            self.cols = (taps, g.ho * g.wo)
+            self.no_cols = np.empty((0, 0), dtype)  # stands for cols where the image is them
         else:
-            self.wmat = np.ascontiguousarray(weight, dtype).reshape(g.o, -1)
-            taps = self.wmat.shape[1]
-            if g.n == 1:
-                self.gather = not _plain(g)
-                self.cols = (taps, g.ho * g.wo)
-                self.no_cols = np.empty((0, 0), dtype)  # stands for cols where the image is them
-            else:
-                self.kernel = gathered_blocks_on_pool
-                blocks = _gathered_blocks_of(g, dtype, self.threads)
-                self.blocks = np.array(blocks, np.int64)
-                width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks) * g.wo
-                self.work = ((self.threads, taps, width), (self.threads, g.o, width))
+            self.kernel = gathered_blocks_on_pool
+            blocks = _gathered_blocks_of(g, dtype, self.threads)
+            self.blocks = np.array(blocks, np.int64)
+            width = _widest(blocks) * g.wo
+            self.work = ((self.threads, taps, width), (self.threads, g.o, width))
 
     def __call__(self, x: np.ndarray, bias: np.ndarray | None, out: np.ndarray) -> bool:
         """Write the convolution of ``x`` (C-contiguous, (N, C, H, W)) plus
@@ -623,12 +625,10 @@ class _PooledConv:
         now asks for numpy's BLAS, or ``x`` is not C-contiguous. Where other
         tasks have the other cores (:func:`_cores_taken`) the loop runs on this
         thread alone, MKL held to it too."""
-        from . import _blas, _shared_pool
-
         if config.blas == "numpy" or not x.flags.c_contiguous:
             return False
         alone = _cores_taken()
-        if _shared_pool.threads_for_call(alone) != (1 if alone else self.threads):
+        if self.threads_for_call(alone) != (1 if alone else self.threads):
             return False
         if not alone:
             self._run(x, bias, out)
@@ -668,7 +668,7 @@ def _pooled_conv(
     (:func:`_shared_pool.ready`), a dtype BLAS doesn't take, a weight of
     another dtype, groups, or one image's im2col matrix too big for a kept
     work array."""
-    from . import _blas, _shared_pool
+    from . import _shared_pool
 
     cg = g.c // g.groups
     if u is not None:
@@ -778,6 +778,11 @@ def _conv2d_winograd(
 
 #: A block of work: (first image, end image, first row, end row) of tiles or output rows.
 _Block = tuple[int, int, int, int]
+
+
+def _widest(blocks: Sequence[_Block]) -> int:
+    """The most rows (an image's rows times images) any of ``blocks`` takes."""
+    return max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks)
 
 
 def _winograd_blocks_of(
@@ -890,7 +895,7 @@ def _winograd_blocks(
     tw = (g.wo + 1) // 2
     og, cg = g.o // g.groups, g.c // g.groups
     span = _winograd_span(tw)
-    width = max((n1 - n0) * (r1 - r0) for n0, n1, r0, r1 in blocks) * span
+    width = _widest(blocks) * span
     # This thread's kept arrays (see _work_array): fresh ones of 0.5-1 MB are
     # fresh pages each call (measured 64x64x32x32 at batch 1: 530 against 550-960 us).
     v = _work_array("winograd input", (16, g.c, width), x.dtype)  # the input tiles, transformed
@@ -2424,7 +2429,7 @@ def _attention_on_pool(
     not cover: no shared pool (:func:`_shared_pool.ready`), more than two batch
     axes, float16, masks other than key padding (B or 1, 1, 1, S), layouts BLAS
     can't step through, overlapping memory."""
-    from . import _blas, _shared_pool
+    from . import _shared_pool
     from ._numba_nn import attention_heads
 
     if not _shared_pool.ready():
