@@ -839,7 +839,12 @@ def test_float32_gelu_is_within_a_rounding_of_the_erf_form_eager_and_compiled() 
 
 
 def _counting_row_units(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Rows computed by linear's two-thread path, block by block."""
+    """Rows computed by linear's two-thread path, block by block. The pool's
+    kernels (tests/test_pooled_linear.py) are declined, as where there is no
+    such pool: this path is their fallback."""
+    from eagerrt.ops import _pooled_linear
+
+    monkeypatch.setattr(_pooled_linear.PooledLinear, "__call__", lambda self, *a: False)
     seen: list[int] = []
     real = nn_ops._linear_rows
 

@@ -428,9 +428,9 @@ def test_linear_bias_is_added_in_the_epilogue_pass(rows: int) -> None:
     biases: list[Any] = []
     real = nn_ops.linear_into
 
-    def spy(x: Any, weight: Any, bias: Any, out: Any, epilogue: Any = None) -> None:
+    def spy(x: Any, weight: Any, bias: Any, out: Any, *rest: Any) -> None:
         biases.append(bias)
-        real(x, weight, bias, out, epilogue)
+        real(x, weight, bias, out, *rest)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(nn_ops, "linear_into", spy)  # the plan's out forms bind it as they compile

@@ -123,16 +123,16 @@ def _relu_out(node: Node) -> OutKernel | None:
 
 
 def _linear_out(node: Node) -> OutKernel | None:
-    """``linear_into``: one product over all leading dimensions, rows shared by two
-    threads when large; ``epilogue=`` runs elementwise work on each block of rows
-    (see :mod:`.passes.epilogue`)."""
+    """``linear_into``: one product over all leading dimensions, its pool kernel
+    (:mod:`eagerrt.ops._pooled_linear`) set up now for the plan's shapes;
+    ``epilogue=`` runs elementwise work on each block of rows (see
+    :mod:`.passes.epilogue`, which runs most epilogues in a pool kernel of
+    their own)."""
     if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
         return None
-    from ..ops.nn import linear_into
+    from ..ops.nn import linear_out_form
 
-    if len(node.inputs) == 3:
-        return lambda x, w, b, out, epilogue=None: linear_into(x, w, b, out, epilogue)
-    return lambda x, w, out, epilogue=None: linear_into(x, w, None, out, epilogue)
+    return linear_out_form(node.inputs)
 
 
 def _conv2d_out(node: Node) -> OutKernel | None:

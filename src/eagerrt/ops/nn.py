@@ -40,7 +40,7 @@ from .._core.config import config
 from .._core.errors import ArgumentError
 from .._core.forking import renew_after_fork
 from ..tensor import Tensor
-from . import _blas
+from . import _blas, _pooled_linear
 from ._rules import as_float, normalize_axis, ufunc_dtype
 from .elementwise import scaled_cost
 from .registry import GENERIC, Op, call_error, define_op
@@ -1876,14 +1876,24 @@ def linear_into(
     bias: np.ndarray | None,
     out: np.ndarray,
     epilogue: Epilogue | None = None,
+    pooled: _pooled_linear.PooledLinear | None = None,
 ) -> None:
     """``out[...] = x @ weight.T + bias`` (then ``epilogue`` over the rows) as one
-    matrix product over all leading dimensions. Large products share their rows,
-    in units of _LINEAR_ROWS, between a helper thread and this one (BLAS on one
-    thread each, the epilogue on each unit as it is done); smaller ones are one
-    BLAS call (BLAS's own threads) and then the epilogue."""
+    matrix product over all leading dimensions. Without an epilogue it is one
+    pool kernel where it can be (:mod:`._pooled_linear`; ``pooled``, set up for
+    this shape by graph mode, else looked up here). Otherwise large products
+    share their rows, in units of _LINEAR_ROWS, between a helper thread and this
+    one (BLAS on one thread each, the epilogue on each unit as it is done);
+    smaller ones are one BLAS call (BLAS's own threads) and then the epilogue."""
     n, k = weight.shape
     m = math.prod(out.shape[:-1])
+    if epilogue is None and out.flags.c_contiguous:
+        if pooled is None:
+            pooled = _pooled_linear_for(m, n, k, x, weight, bias, out)
+        if pooled is not None:
+            operand = (pooled.no_bias if bias is None else bias,)
+            if pooled(x, weight, operand, out.reshape(m, n)):
+                return
     target = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
     x2 = x.reshape(m, k)  # a copy only for a non-contiguous x
     out2 = _view(target, (m, n))
@@ -1927,6 +1937,48 @@ def _linear_rows(
             rows += bias
         if epilogue is not None:
             epilogue(start, stop)
+
+
+def _pooled_linear_for(
+    m: int, n: int, k: int, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, out: np.ndarray
+) -> _pooled_linear.PooledLinear | None:
+    """An eager call's :class:`~._pooled_linear.PooledLinear` for its shape
+    (kept per shape), or None where it can't run one: operands of mixed dtypes,
+    or a bias not C-contiguous."""
+    dtype = out.dtype
+    if x.dtype != dtype or w.dtype != dtype:
+        return None
+    if bias is not None and (bias.dtype != dtype or not bias.flags.c_contiguous):
+        return None
+    # What the pool's readiness hangs on is part of the key: a shape first seen
+    # under numpy's BLAS or one thread gets its kernel when they are set back.
+    key = (m, n, k, dtype, config.blas, config.num_threads)
+    if key not in _POOLED_LINEARS:
+        if len(_POOLED_LINEARS) >= _KEPT_POOLED_LINEARS:
+            _POOLED_LINEARS.clear()
+        _POOLED_LINEARS[key] = _pooled_linear.pooled_linear(
+            _pooled_linear.linear_on_pool, m, n, k, dtype
+        )
+    return _POOLED_LINEARS[key]
+
+
+#: Eager linear calls' pool kernels, by shape, dtype and the settings the pool
+#: depends on; at most this many kept.
+_POOLED_LINEARS: dict[tuple[Any, ...], Any] = {}
+_KEPT_POOLED_LINEARS = 64
+
+
+def linear_out_form(inputs: Sequence[Any]) -> Callable[..., None]:
+    """graph mode's out form of a linear node with these inputs (Values of one
+    dtype): :func:`linear_into`, its pool kernel set up now for the plan's
+    shapes."""
+    x, w = inputs[0], inputs[1]
+    n, k = w.shape
+    m = math.prod(x.shape[:-1])
+    pooled = _pooled_linear.pooled_linear(_pooled_linear.linear_on_pool, m, n, k, x.dtype)
+    if len(inputs) == 3:
+        return lambda x, w, b, out, epilogue=None: linear_into(x, w, b, out, epilogue, pooled)
+    return lambda x, w, out, epilogue=None: linear_into(x, w, None, out, epilogue, pooled)
 
 
 def _linear_kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..._core.config import config
+from ...ops._pooled_linear import PooledLinear, driver_source, pool_applies
+from ..codegen import load_source
 from ..cost_model import node_cost
 from ..ir import Graph, Node, Value
 from ..kernels import kernel_for, matmul_by_rows, out_kernel_for
@@ -36,6 +38,7 @@ from .fusion import (
     fused_cost,
     group_inputs,
     make_op,
+    numba_signature,
     replace_groups,
     same_size,
 )
@@ -139,16 +142,20 @@ def _by_images(product_into: Any, n_product: int, modes: list[bool], ew: Any) ->
     return out_kernel
 
 
-def _by_rows(product_into: Any, n_product: int, modes: list[bool], ew: Any) -> Any:
+def _by_rows(product_into: Any, n_product: int, modes: list[bool], ew: Any, pooled: Any) -> Any:
     """``out_kernel(*product_args, *rest, out)``: the product, with ``ew`` run on
     each block of rows as soon as the product has written it (in cache, and on
     whichever thread computed the block). Blocks are views of shape (1, ..., rows,
     n), which the loop nest handles: it takes its bounds from ``out``, operands by
     rows have ``out``'s shape and the others broadcast over every dimension but
-    the last."""
+    the last. With ``pooled`` (a linear's :class:`~eagerrt.ops._pooled_linear.PooledLinear`
+    running the epilogue's generated driver) the whole is one pool kernel where
+    it can run."""
 
     def out_kernel(*args: Any) -> None:
         out = args[-1]
+        if pooled is not None and pooled(args[0], args[1], args[n_product:-1], out):
+            return
         n = out.shape[-1]
         lead = (1,) * (out.ndim - 2)
         rows = out.reshape(-1, n)
@@ -179,12 +186,14 @@ def _wrapper(
     slot: int,
     rest: list[Any],
     ew: Any,
+    pooled: Any = None,
 ) -> Any:
     """``out_kernel(*product_args, *rest, out)``: the product (``kernel``, or its
-    out form where it has one), then ``ew`` over it."""
+    out form where it has one), then ``ew`` over it (see :func:`_by_rows` for
+    ``pooled``)."""
     modes = _row_blocks(product, rest) if out_form is not None else None
     if modes is not None:
-        return _by_rows(out_form, n_product, modes, ew)
+        return _by_rows(out_form, n_product, modes, ew, pooled)
     modes = _image_blocks(product, rest) if out_form is not None else None
     if modes is not None:
         return _by_images(out_form, n_product, modes, ew)
@@ -222,6 +231,48 @@ def _foldable_bias(product: Node, value: Value) -> Value | None:
     return bias
 
 
+def _pool_shape(product: Node, rest: list[Any]) -> tuple[int, int, int, list[bool]] | None:
+    """(m, n, k, by-rows modes) of a linear (without a bias of its own: a
+    foldable one is among ``rest``) whose product and epilogue can run as one
+    pool kernel (:mod:`eagerrt.ops._pooled_linear`), or None."""
+    if product.name != "linear" or len(product.inputs) != 2:
+        return None
+    modes = _row_blocks(product, rest)
+    x, w = product.inputs
+    out = product.out
+    if modes is None or w.ndim != 2 or x.dtype != out.dtype or w.dtype != out.dtype:
+        return None
+    n, k = w.shape
+    m = out.size // max(1, n)
+    return (m, n, k, modes) if pool_applies(m, n, k, out.dtype) else None
+
+
+def _pooled_driver(
+    source: str, product: Node, rest: list[Any], out: Value, pool: tuple[int, int, int, Any]
+) -> Any:
+    """The :class:`~eagerrt.ops._pooled_linear.PooledLinear` running ``source``'s
+    generated driver, compiled now for the plan's argument types; None if
+    numba refuses it (the plan then runs the product and epilogue as before)."""
+    import numba
+
+    m, n, k, _ = pool
+    x, w = numba_signature(product.inputs, out)[:2]
+    signature = (
+        numba.types.int64,
+        x.copy(ndim=2),  # x as the rows the product reads
+        w,
+        *numba_signature(rest, out),
+        numba.types.Array(numba.types.int64, 1, "C"),  # the blocks' bounds
+        numba.types.int64,  # column parts
+    )
+    try:
+        driver = load_source(source).pooled
+        driver.compile(signature)
+    except Exception:  # never fail a compile over a fusion
+        return None
+    return PooledLinear(driver, m, n, k, out.dtype)
+
+
 def _fuse(group: list[Node], value: Value) -> Node | None:
     product = value.node
     assert product is not None
@@ -246,11 +297,15 @@ def _fuse(group: list[Node], value: Value) -> Node | None:
     out_form = out_kernel_for(product, kernel)
     in_place = out_form is not None
     source = program.kernel_source(from_out=slot if in_place else None)
-    ew = compile_kernel(source, rest if in_place else inputs, group[-1].out)
+    root = group[-1].out
+    pool = _pool_shape(product, rest) if in_place else None
+    if pool is not None:
+        source += "\n\n" + driver_source(root.ndim, pool[3])
+    ew = compile_kernel(source, rest if in_place else inputs, root)
     if ew is None:
         return None
-    out_kernel = _wrapper(product, kernel, out_form, len(product.inputs), slot, rest, ew)
-    root = group[-1].out
+    pooled = None if pool is None else _pooled_driver(source, product, rest, root, pool)
+    out_kernel = _wrapper(product, kernel, out_form, len(product.inputs), slot, rest, ew, pooled)
     cost = node_cost(product) + fused_cost(group) - config.op_overhead_ns
     op = make_op(
         display_name("fused", [product.name, *program.names]),
