@@ -1513,10 +1513,15 @@ def test_layer_norm_and_attention_write_into_a_given_buffer() -> None:
         np.full((2, 3, 9, 10), np.nan, np.float32),
     ):
         into = out if out.shape[-1] == 5 else out[..., ::2]
-        nn_ops.sdpa_into(q, k, v, mask, into)
+        nn_ops.sdpa_out_form([q, k, v, mask], {})(q, k, v, mask, into)
         close(into, want, scale=5)
-    nn_ops.sdpa_into(q, k, v, into, is_causal=True)  # no mask operand
+    causal = nn_ops.sdpa_out_form([q, k, v], {"is_causal": True})
+    causal(q, k, v, into)  # no mask operand
     close(into, ref_attention(q, k, v, causal=True), scale=5)
+    # Heads merged: a (B, L, H, E) buffer, each head's rows written strided.
+    merged = np.full((2, 9, 3, 5), np.nan, np.float32)
+    nn_ops.sdpa_out_form([q, k, v, mask], {}, merged_heads=True)(q, k, v, mask, merged)
+    close(merged, want.transpose(0, 2, 1, 3), scale=5)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -715,3 +715,56 @@ async def test_async_model_with_every_pass() -> None:
     # features normalized in one vectorized chain.
     assert names(graph) == ["conv2d", "mean", "concat", "subtract", "divide", "concat"]
     assert not any(isinstance(n, Node) and n.name == "batch_norm" for n in graph.nodes)
+
+
+# -- attention heads merged ------------------------------------------------------------------
+def _attention_block(split: tuple[int, ...] = (0, 2, 1, 3), merge: tuple[int, ...] = (0, 2, 1, 3)):
+    """A transformer's attention: heads split out of x, attended, merged back."""
+
+    def block(x: Any, keys: Any) -> Any:
+        b, length, hidden = x.shape
+        heads = ert.permute_dims(ert.reshape(x, (b, length, 4, hidden // 4)), split)
+        context = ert.scaled_dot_product_attention(heads, heads * 0.5, heads, keys)
+        return ert.reshape(ert.permute_dims(context, merge), (b, length, hidden)) * 2
+
+    return block
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_attention_writes_its_heads_merged(dtype: str, batch: int) -> None:
+    # The transpose that merges the heads goes: attention writes (B, L, H, E)
+    # itself, and the reshape after it is a view of that buffer, not a copy.
+    from eagerrt.graph.passes import merge_heads
+
+    block = _attention_block()
+    x = data(batch, 6, 16, dtype=dtype)
+    keys = rng.random((batch, 1, 1, 6)) > 0.3
+    keys[:, ..., 0] = True
+    graph, changed = run_pass(merge_heads.run, block, x, keys)
+    assert changed == 1
+    assert names(graph) == [
+        "reshape", "transpose", "multiply", "attention[merged heads]", "reshape", "multiply"
+    ]  # fmt: skip
+    merged = graph.nodes[3]
+    assert merged.outputs[0].shape == (batch, 6, 4, 4)
+    same_as_eager(block, x, keys)
+    same_as_eager(block, x, np.ones_like(keys))  # a mask allowing every key
+    plan = ert.function(block).compiled_for(x, keys).plan
+    assert [s.node.name for s in plan.steps].count("transpose") == 1  # the split only
+
+
+def test_attention_heads_stay_apart_where_something_else_reads_them() -> None:
+    from eagerrt.graph.passes import merge_heads
+
+    x, keys = data(2, 6, 16), rng.random((2, 1, 1, 6)) > 0.3
+
+    def also_returned(x: Any, keys: Any) -> Any:
+        heads = ert.permute_dims(ert.reshape(x, (2, 6, 4, 4)), (0, 2, 1, 3))
+        context = ert.scaled_dot_product_attention(heads, heads, heads, keys)
+        return ert.permute_dims(context, (0, 2, 1, 3)), context  # the heads read apart too
+
+    for fn in (also_returned, _attention_block(merge=(0, 2, 3, 1))):  # not the merge
+        graph, changed = run_pass(merge_heads.run, fn, x, keys)
+        assert changed == 0 and "scaled_dot_product_attention" in names(graph)
+        same_as_eager(fn, x, keys)

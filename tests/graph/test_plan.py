@@ -307,7 +307,10 @@ def test_layer_norm_and_attention_write_into_the_plans_buffers() -> None:
     compiled = ert.function(layer)
     plan = compiled.compiled_for(x, keys).plan
     forms = {s.node.name: s.out_kernel is not None for s in plan.steps}
-    assert forms["layer_norm"] and forms["scaled_dot_product_attention"]
+    # (attention with its heads merged as it writes them: passes.merge_heads)
+    assert forms["layer_norm"] and forms["attention[merged heads]"]
+    names = [s.node.name for s in plan.steps]
+    assert names.count("transpose") == 1  # the heads' split; their merge has no step
     for _ in range(3):
         np.testing.assert_allclose(
             compiled(x, keys).numpy(), layer(x, keys).numpy(), rtol=1e-5, atol=1e-5

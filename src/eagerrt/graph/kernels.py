@@ -162,9 +162,9 @@ def _attention_out(node: Node) -> OutKernel | None:
     """scaled_dot_product_attention into the plan's buffer."""
     if any(type(a) is not Value for a in node.inputs):
         return None
-    from ..ops.nn import sdpa_into
+    from ..ops.nn import sdpa_out_form
 
-    return functools.partial(sdpa_into, **node.static)
+    return sdpa_out_form(node.inputs, node.static)
 
 
 _TABLE: dict[str, Callable[[Node], OutKernel | None]] = {

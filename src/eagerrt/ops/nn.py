@@ -2465,6 +2465,94 @@ def _as_4d(x: np.ndarray, lead: Shape, shape: Shape) -> np.ndarray:
     return np.broadcast_to(x.reshape(*lead, *x.shape) if lead else x, shape)
 
 
+class _PoolAttention:
+    """Attention by :func:`_numba_nn.attention_heads` for one geometry and
+    dtype, its (batch, head) pairs shared with MKL's oneTBB workers, reading
+    q, k and v where they lie and writing into ``into`` where it lies. What
+    hangs on shapes and dtypes alone is checked once (:func:`_pool_attention`);
+    a call checks what the arrays bring: the mask's values, layouts BLAS can't
+    step through, overlapping memory. Graph mode makes one per attention when
+    its plan is made (:func:`sdpa_out_form`): Python between kernels is slow
+    (see :class:`_PooledConv`)."""
+
+    def __init__(self, g: _Attention, dtype: np.dtype[Any], scale: float, is_causal: bool) -> None:
+        from . import _shared_pool
+        from ._numba_nn import attention_heads
+
+        address = _blas.gemm_address(dtype)
+        assert address is not None  # _pool_attention checked
+        self.address = address
+        self.kernel = attention_heads
+        self.threads_for_call = _shared_pool.threads_for_call
+        self.g, self.dtype, self.is_causal = g, dtype, is_causal
+        self.scale = dtype.type(scale)
+        # Everything as (B, H, rows, cols) views: broadcast batch axes get stride 0.
+        self.lead = (1,) * (2 - len(g.batch))
+        batch4 = (*self.lead, *g.batch)
+        kv_batch = (*batch4[:-1], batch4[-1] // g.kv_repeat)
+        self.q_shape = (*batch4, g.length, g.embed)
+        self.k_shape = (*kv_batch, g.source, g.embed)
+        self.v_shape = (*kv_batch, g.source, g.value_embed)
+        self.out_shape = (*g.batch, g.length, g.value_embed)
+
+    def __call__(
+        self,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        mask: np.ndarray | None,
+        into: np.ndarray | None,
+    ) -> np.ndarray | None:
+        """The result (``into`` where given), or None (nothing done) for a
+        float mask, masks other than key padding (B or 1, 1, 1, S), an
+        ``into`` of another dtype, layouts BLAS can't step through, overlapping
+        memory."""
+        masked = _NO_KEY_MASKED
+        if mask is not None:
+            if mask.dtype != np.bool_:
+                return None
+            if not mask.all():  # (a mask that allows every key is no mask, whatever its shape)
+                key_mask = _key_mask(~mask, self.g.batch)
+                if key_mask is None:
+                    return None
+                masked = key_mask.masked
+        lead = self.lead
+        q4 = _as_4d(q, lead, self.q_shape)
+        k4 = _as_4d(k, lead, self.k_shape)
+        v4 = _as_4d(v, lead, self.v_shape)
+        if into is not None and into.dtype != self.dtype:
+            return None  # the blocked form computes apart and copies (casting) in
+        out = np.empty(self.out_shape, self.dtype) if into is None else into
+        out4 = out.reshape(*lead, *out.shape) if lead else out
+        if not all(map(_blas.reads_rows_in_place, (q4, k4, v4, out4))) or not out4.flags.writeable:
+            return None
+        if any(np.may_share_memory(out4, x) for x in (q4, k4, v4)):
+            return None
+        self.threads_for_call(alone=_cores_taken())
+        self.kernel(self.address, q4, k4, v4, out4, self.scale, self.g.kv_repeat, masked,
+                    self.is_causal)  # fmt: skip
+        return out
+
+
+def _pool_attention(
+    g: _Attention, dtypes: tuple[np.dtype[Any], ...], scale: float, is_causal: bool
+) -> _PoolAttention | None:
+    """A :class:`_PoolAttention` for this geometry and q, k and v's ``dtypes``,
+    or None where it can't run: no shared pool (:func:`_shared_pool.ready`),
+    more than two batch axes, other dtypes than one of float32 and float64,
+    sizes past MKL's 32-bit ints."""
+    from . import _shared_pool
+
+    dtype = dtypes[0]
+    if len(g.batch) > 2 or dtype not in (np.float32, np.float64) or len(set(dtypes)) != 1:
+        return None
+    if g.length * g.source == 0 or max(g.length, g.source, g.embed, g.value_embed) >= 1 << 31:
+        return None
+    if not _shared_pool.ready() or _blas.gemm_address(dtype) is None:
+        return None
+    return _PoolAttention(g, dtype, scale, is_causal)
+
+
 def _attention_on_pool(
     q: np.ndarray,
     k: np.ndarray,
@@ -2475,52 +2563,37 @@ def _attention_on_pool(
     scale: float,
     g: _Attention,
 ) -> np.ndarray | None:
-    """Attention by :func:`_numba_nn.attention_heads`, its (batch, head) pairs
-    shared with MKL's oneTBB workers, reading q, k and v where they lie and
-    writing into ``into`` where it lies; None (nothing done) for what it does
-    not cover: no shared pool (:func:`_shared_pool.ready`), more than two batch
-    axes, float16, masks other than key padding (B or 1, 1, 1, S), layouts BLAS
-    can't step through, overlapping memory."""
-    from . import _shared_pool
-    from ._numba_nn import attention_heads
+    """An eager call's attention by :class:`_PoolAttention`; None (nothing done)
+    where it does not cover the call."""
+    pool = _pool_attention(g, (q.dtype, k.dtype, v.dtype), scale, is_causal)
+    return None if pool is None else pool(q, k, v, mask, into)
 
-    if not _shared_pool.ready():
-        return None
-    dtype = q.dtype
-    if len(g.batch) > 2 or dtype not in (np.float32, np.float64) or not k.dtype == v.dtype == dtype:
-        return None
-    if g.length * g.source == 0 or max(g.length, g.source, g.embed, g.value_embed) >= 1 << 31:
-        return None
-    masked = _NO_KEY_MASKED
-    if mask is not None:
-        if mask.dtype != np.bool_:
-            return None
-        if not mask.all():  # (a mask that allows every key is no mask, whatever its shape)
-            key_mask = _key_mask(~mask, g.batch)
-            if key_mask is None:
-                return None
-            masked = key_mask.masked
-    address = _blas.gemm_address(dtype)
-    if address is None:
-        return None
-    # Everything as (B, H, rows, cols) views: broadcast batch axes get stride 0.
-    lead = (1,) * (2 - len(g.batch))
-    batch4 = (*lead, *g.batch)
-    kv_batch = (*batch4[:-1], batch4[-1] // g.kv_repeat)
-    q4 = _as_4d(q, lead, (*batch4, g.length, g.embed))
-    k4 = _as_4d(k, lead, (*kv_batch, g.source, g.embed))
-    v4 = _as_4d(v, lead, (*kv_batch, g.source, g.value_embed))
-    if into is not None and into.dtype != dtype:
-        return None  # the blocked form computes apart and copies (casting) in
-    out = np.empty((*g.batch, g.length, g.value_embed), dtype) if into is None else into
-    out4 = out.reshape(*lead, *out.shape) if lead else out
-    if not all(map(_blas.reads_rows_in_place, (q4, k4, v4, out4))) or not out4.flags.writeable:
-        return None
-    if any(np.may_share_memory(out4, x) for x in (q4, k4, v4)):
-        return None
-    _shared_pool.threads_for_call(alone=_cores_taken())
-    attention_heads(address, q4, k4, v4, out4, dtype.type(scale), g.kv_repeat, masked, is_causal)
-    return out
+
+def sdpa_out_form(
+    inputs: Sequence[Any], static: dict[str, Any], merged_heads: bool = False
+) -> Callable[..., None]:
+    """graph mode's attention into the plan's buffer, its pool kernel set up now
+    for the plan's shapes (:class:`_PoolAttention`). With ``merged_heads`` the
+    buffer is (B, L, H, E), the (B, H, L, E) result's heads merged: attention
+    writes each head's rows where they go there (strided), and the usual
+    transpose and reshape that follow it cost no copy (see
+    :mod:`eagerrt.graph.passes.merge_heads`)."""
+    q, k, v = inputs[:3]
+    mask = inputs[3] if len(inputs) > 3 else None
+    is_causal = bool(static.get("is_causal", False))
+    scale, enable_gqa = static.get("scale"), bool(static.get("enable_gqa", False))
+    g = _attention_geometry(q, k, v, mask, is_causal, enable_gqa)
+    factor = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
+    pool = _pool_attention(g, (q.dtype, k.dtype, v.dtype), factor, is_causal)
+
+    def out_form(q: np.ndarray, k: np.ndarray, v: np.ndarray, *mask_and_out: np.ndarray) -> None:
+        *masks, out = mask_and_out
+        mask = masks[0] if masks else None
+        into = out.transpose(0, 2, 1, 3) if merged_heads else out
+        if pool is None or pool(q, k, v, mask, into) is None:
+            _attention(q, k, v, mask, into, is_causal, scale, enable_gqa)
+
+    return out_form
 
 
 def _sdpa_kernel(
@@ -2534,21 +2607,6 @@ def _sdpa_kernel(
     enable_gqa: bool = False,
 ) -> np.ndarray:
     return _attention(q, k, v, mask, None, is_causal, scale, enable_gqa)
-
-
-def sdpa_into(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    *mask_and_out: np.ndarray,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> None:
-    """Attention writing into a compiled plan's buffer (the last array): no
-    fresh output to allocate and fault in on every call."""
-    *mask, out = mask_and_out
-    _attention(q, k, v, mask[0] if mask else None, out, is_causal, scale, enable_gqa)
 
 
 def _attention(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ir import Graph
-from . import algebraic, constant_folding, cse, dce, fold_batch_norm, hoist_concat
+from . import algebraic, constant_folding, cse, dce, fold_batch_norm, hoist_concat, merge_heads
 from .epilogue import run as fuse_epilogues
 from .fusion import run as fuse_elementwise
 from .regions import run as fuse_small_regions
@@ -32,6 +32,7 @@ PIPELINE: list[tuple[str, Callable[[Graph], int]]] = [
     ("constant folding", constant_folding.run),
     ("common subexpressions", cse.run),
     ("small-op regions", fuse_small_regions),
+    ("attention heads merged", merge_heads.run),
     ("epilogue fusion", fuse_epilogues),
     ("elementwise fusion", fuse_elementwise),
     ("dead code elimination", dce.run),
