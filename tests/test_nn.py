@@ -656,6 +656,39 @@ def test_layer_norm(dtype: Any, norm: Any) -> None:
     close(ert.layer_norm(x, norm, w, b, eps=1e-5), normed * w + b, dtype, scale=5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("norm", "affine"), [((64,), (True, True)), ((4, 16), (False, True))])
+def test_compiled_layer_norm_runs_on_the_pool_in_blocks_of_rows(
+    dtype: Any, norm: Any, affine: tuple[bool, bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Graph mode's layer norm over enough values: one pool kernel over blocks of
+    # rows (every row normalized, the last block too), equal to the eager op;
+    # strided input and one thread allowed fall back to the eager kernel.
+    from eagerrt.ops import _numba_nn
+
+    pool_or_skip()
+    runs: list[int] = []
+    real = _numba_nn.normalize_rows_on_pool
+    spy = lambda *a: runs.append(len(a[-1]) - 1) or real(*a)  # noqa: E731
+    monkeypatch.setattr(_numba_nn, "normalize_rows_on_pool", spy)
+    w, b = (ert.asarray(rand(*norm, dtype=dtype)) if on else None for on in affine)
+    f = ert.function(lambda x: ert.layer_norm(x * 1.5, norm, w, b, eps=1e-6))
+    x = rand(3, 700, 64, dtype=dtype).reshape(3, 700, *norm)
+    want = ert.layer_norm(x * 1.5, norm, w, b, eps=1e-6).numpy()
+    with ert.config.override(num_threads=2):
+        close(f(ert.asarray(x)), want, dtype, scale=5)
+        assert runs == [len(_pooled_linear_blocks(2100, 2)) - 1]
+        with ert.config.override(num_threads=1):  # changed since the plan was made
+            close(f(ert.asarray(x)), want, dtype, scale=5)
+    assert len(runs) == 1
+
+
+def _pooled_linear_blocks(rows: int, threads: int) -> list[int]:
+    from eagerrt.ops import _pooled_linear
+
+    return _pooled_linear.row_blocks(rows, threads)
+
+
 @pytest.mark.parametrize("groups", [1, 2, 6])
 def test_group_norm(groups: int) -> None:
     x = rand(2, 6, 4, 3, dtype=np.float64)

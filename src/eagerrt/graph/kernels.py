@@ -10,7 +10,6 @@ dtype is the ufunc's own result type, so writing into ``out`` changes nothing).
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -153,9 +152,9 @@ def _layer_norm_out(node: Node) -> OutKernel | None:
     forms get the arrays only)."""
     if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
         return None
-    from ..ops.nn import layer_norm_into
+    from ..ops.nn import layer_norm_out_form
 
-    return functools.partial(layer_norm_into, **node.static)
+    return layer_norm_out_form(node.inputs, node.static)
 
 
 def _attention_out(node: Node) -> OutKernel | None:

@@ -690,6 +690,17 @@ def normalize_rows(
             into[c] = (row[c] - shift) * scale * weight[c] + bias[c]
 
 
+@numba.njit(parallel=True, nogil=True, cache=True)
+def normalize_rows_on_pool(
+    x: Any, out: Any, weight: Any, bias: Any, eps: float, blocks: Any
+) -> None:  # pragma: no cover - compiled
+    """:func:`normalize_rows` over blocks of rows ``blocks[i]:blocks[i + 1]``
+    shared by numba's parallel loop (on MKL's oneTBB workers)."""
+    for b in numba.prange(len(blocks) - 1):
+        r0, r1 = blocks[b], blocks[b + 1]
+        normalize_rows(x[r0:r1], out[r0:r1], weight, bias, eps)
+
+
 @numba.njit(nogil=True, cache=True)
 def gather_heads(x: Any, start: int, out: Any) -> None:  # pragma: no cover - compiled
     """``out[i] = x[b, h]`` for the (batch, head) pairs ``start + i`` of a strided
