@@ -194,3 +194,34 @@ def test_by_columns_only_for_few_rows_of_a_deep_weight() -> None:
     assert not _pooled_linear.by_columns(128, 1536, 384, 2)  # its first: by rows
     assert not _pooled_linear.by_columns(4096, 384, 1536, 2)  # batch 32: rows enough
     assert not _pooled_linear.by_columns(128, 384, 1536, 1)
+
+
+def test_a_pool_kernels_thread_count_is_set_only_when_it_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # numba's count is per thread; asking numba for it costs a microsecond a
+    # kernel, so the count this thread set is remembered and set only on change.
+    import threading
+
+    import numba
+
+    from eagerrt.ops import _shared_pool
+
+    sets: list[int] = []
+    real = numba.set_num_threads
+    monkeypatch.setattr(numba, "set_num_threads", lambda n: sets.append(n) or real(n))
+
+    seen: list[int] = []
+
+    def calls() -> None:
+        seen.append(_shared_pool.pool_threads())
+        for alone in (True, True, False, False):
+            seen.append(_shared_pool.threads_for_call(alone))
+            seen.append(numba.get_num_threads())
+
+    worker = threading.Thread(target=calls)  # a fresh thread: nothing set there yet
+    worker.start()
+    worker.join()
+    most = seen.pop(0)
+    assert seen == [1, 1, 1, 1, most, most, most, most]
+    assert sets == [1, most]

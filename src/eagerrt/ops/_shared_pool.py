@@ -74,15 +74,25 @@ def ready() -> bool:
 def pool_threads() -> int:
     """How many threads a parallel loop uses when no other task has the other
     cores: as many as ``config.num_threads`` allows (and numba has)."""
-    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
-    return max(1, min(config.num_threads, most))
+    return max(1, min(config.num_threads, _NUMBA_THREADS))
+
+
+#: numba's threads (fixed once numba has started).
+_NUMBA_THREADS: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+
+#: The count this thread last gave numba (numba's is per thread too): asking
+#: numba costs 1 us a kernel, several between kernels that evict the interpreter.
+_set_here = threading.local()
+renew_after_fork(__name__, "_set_here", threading.local)  # a child's numba starts afresh
 
 
 def threads_for_call(alone: bool) -> int:
     """Set and return how many threads this thread's next parallel loop uses:
     one where ``alone`` (other tasks have the other cores), else
-    :func:`pool_threads`. (numba's count is per calling thread.)"""
+    :func:`pool_threads`. (numba's count is per calling thread; one set on
+    this thread other than through here is not seen.)"""
     wanted = 1 if alone else pool_threads()
-    if numba.get_num_threads() != wanted:
+    if getattr(_set_here, "count", 0) != wanted:
         numba.set_num_threads(wanted)
+        _set_here.count = wanted
     return wanted
