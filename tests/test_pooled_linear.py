@@ -224,4 +224,4 @@ def test_a_pool_kernels_thread_count_is_set_only_when_it_changes(
     worker.join()
     most = seen.pop(0)
     assert seen == [1, 1, 1, 1, most, most, most, most]
-    assert sets == [1, most]
+    assert sets == ([1] if most == 1 else [1, most])
