@@ -2023,19 +2023,20 @@ def _pooled_linear_for(
     # What the pool's readiness hangs on is part of the key: a shape first seen
     # under numpy's BLAS or one thread gets its kernel when they are set back.
     key = (m, n, k, dtype, config.blas, config.num_threads)
-    if key not in _POOLED_LINEARS:
+    pooled = _POOLED_LINEARS.get(key, _NOT_KEPT)
+    if pooled is _NOT_KEPT:  # (workers may clear the dict meanwhile: the local answers)
+        pooled = _pooled_linear.pooled_linear(_pooled_linear.linear_on_pool, m, n, k, dtype)
         if len(_POOLED_LINEARS) >= _KEPT_POOLED_LINEARS:
             _POOLED_LINEARS.clear()
-        _POOLED_LINEARS[key] = _pooled_linear.pooled_linear(
-            _pooled_linear.linear_on_pool, m, n, k, dtype
-        )
-    return _POOLED_LINEARS[key]
+        _POOLED_LINEARS[key] = pooled
+    return pooled
 
 
 #: Eager linear calls' pool kernels, by shape, dtype and the settings the pool
 #: depends on; at most this many kept.
 _POOLED_LINEARS: dict[tuple[Any, ...], Any] = {}
 _KEPT_POOLED_LINEARS = 64
+_NOT_KEPT: Any = object()
 
 
 def linear_out_form(inputs: Sequence[Any]) -> Callable[..., None]:
