@@ -1648,6 +1648,33 @@ def test_attention_on_the_shared_pool_matches_the_reference(
     assert len(calls) == len(cases)
 
 
+def test_planned_attention_steps_aside_for_settings_changed_after_setup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Graph mode's attention is set up once; numpy's BLAS asked for, or the
+    # threads changed, after that: the call runs the blocked forms, as eager does.
+    pool_or_skip()
+    from eagerrt.ops import _numba_nn
+
+    calls = []
+    kernel = _numba_nn.attention_heads
+    monkeypatch.setattr(_numba_nn, "attention_heads", lambda *a: calls.append(1) or kernel(*a))
+    q, k, v = rand(2, 4, 9, 8), rand(2, 4, 11, 8), rand(2, 4, 11, 5)
+    want = ref_attention(q, k, v)
+    with ert.config.override(num_threads=2):
+        form = nn_ops.sdpa_out_form([q, k, v], {})
+        out = np.empty((2, 4, 9, 5), np.float32)
+        form(q, k, v, out)
+        close(out, want, scale=5)
+        assert len(calls) == 1
+        for changed in ({"blas": "numpy"}, {"num_threads": 1}):
+            with ert.config.override(**changed):
+                out = np.full((2, 4, 9, 5), np.nan, np.float32)
+                form(q, k, v, out)
+                close(out, want, scale=5)
+    assert len(calls) == 1
+
+
 def test_attention_on_the_shared_pool_writes_into_a_strided_buffer_in_place() -> None:
     # A plan's buffer in merged-heads layout (B, L, H, E) seen as (B, H, L, E):
     # written where it lies, no copy; an overlapping buffer and a float mask

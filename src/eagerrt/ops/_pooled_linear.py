@@ -231,7 +231,7 @@ class PooledLinear:
         self.shape = (m, k)
         self.threads = _shared_pool.pool_threads()
         # Looked up here, not on every call (Python is slow between kernels).
-        self.threads_for_call = _shared_pool.threads_for_call
+        self.claim_threads = _shared_pool.claim_threads
         self.cores_taken = _cores_taken
         self.blocks = np.array(row_blocks(m, self.threads), np.int64)
         self.no_bias = np.empty(0, dtype)  # linear_on_pool's bias where there is none
@@ -245,10 +245,10 @@ class PooledLinear:
         C-contiguous of the result's shape; False (nothing done) where they
         are not so, ``config.num_threads`` was changed since or
         ``config.blas`` now asks for numpy's BLAS."""
-        if _OFF[0] or config.blas == "numpy" or not (x.flags.c_contiguous and w.flags.c_contiguous):
+        if config.blas == "numpy" or not (x.flags.c_contiguous and w.flags.c_contiguous):
             return False
         alone = self.cores_taken()
-        if self.threads_for_call(alone) != (1 if alone else self.threads):
+        if not self.claim_threads(alone, self.threads):
             return False
         x2 = x.reshape(self.shape)
         if not alone:
@@ -260,9 +260,6 @@ class PooledLinear:
         finally:
             _blas.release_thread_hold(saved)
         return True
-
-
-_OFF = [False]
 
 
 def pool_applies(m: int, n: int, k: int, dtype: np.dtype[Any]) -> bool:

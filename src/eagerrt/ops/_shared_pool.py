@@ -32,7 +32,7 @@ from .._core.config import config
 from .._core.forking import renew_after_fork
 from . import _blas
 
-__all__ = ["pool_threads", "ready", "threads_for_call"]
+__all__ = ["claim_threads", "pool_threads", "ready", "threads_for_call"]
 
 _lock = threading.Lock()
 renew_after_fork(__name__, "_lock", threading.Lock)
@@ -96,3 +96,14 @@ def threads_for_call(alone: bool) -> int:
         numba.set_num_threads(wanted)
         _set_here.count = wanted
     return wanted
+
+
+def claim_threads(alone: bool, threads: int) -> bool:
+    """For a kernel set up to run on ``threads`` (:func:`pool_threads` then):
+    set this thread's count for its next parallel loop (one where ``alone``)
+    and return True; False (nothing set) where it no longer may use
+    ``threads``, ``config.num_threads`` having changed since the setup."""
+    if not alone and pool_threads() != threads:
+        return False
+    threads_for_call(alone)
+    return True

@@ -586,7 +586,7 @@ class _PooledConv:
         address = _blas.gemm_address(dtype)
         assert address is not None  # _pooled_conv checked
         # Looked up here, not imported on every call (Python is slow between kernels).
-        self.threads_for_call = _shared_pool.threads_for_call
+        self.claim_threads = _shared_pool.claim_threads
         self.threads = _shared_pool.pool_threads()
         self.address = address
         self.dtype = dtype
@@ -628,7 +628,7 @@ class _PooledConv:
         if config.blas == "numpy" or not x.flags.c_contiguous:
             return False
         alone = _cores_taken()
-        if self.threads_for_call(alone) != (1 if alone else self.threads):
+        if not self.claim_threads(alone, self.threads):
             return False
         if not alone:
             self._run(x, bias, out)
@@ -1751,7 +1751,7 @@ class _PooledNorm:
         from ._numba_nn import normalize_rows_on_pool
 
         self.kernel = normalize_rows_on_pool
-        self.threads_for_call = _shared_pool.threads_for_call
+        self.claim_threads = _shared_pool.claim_threads
         self.threads = _shared_pool.pool_threads()
         self.shape = (rows, cols)
         self.blocks = np.array(_pooled_linear.row_blocks(rows, self.threads), np.int64)
@@ -1768,7 +1768,7 @@ class _PooledNorm:
         if not (weight.flags.c_contiguous and bias.flags.c_contiguous):
             return False
         alone = _cores_taken()
-        if self.threads_for_call(alone) != (1 if alone else self.threads):
+        if not self.claim_threads(alone, self.threads):
             return False
         self.kernel(x.reshape(self.shape), out.reshape(self.shape), weight, bias, eps, self.blocks)
         return True
@@ -2554,7 +2554,8 @@ class _PoolAttention:
         assert address is not None  # _pool_attention checked
         self.address = address
         self.kernel = attention_heads
-        self.threads_for_call = _shared_pool.threads_for_call
+        self.claim_threads = _shared_pool.claim_threads
+        self.threads = _shared_pool.pool_threads()
         self.g, self.dtype, self.is_causal = g, dtype, is_causal
         self.scale = dtype.type(scale)
         # Everything as (B, H, rows, cols) views: broadcast batch axes get stride 0.
@@ -2577,7 +2578,10 @@ class _PoolAttention:
         """The result (``into`` where given), or None (nothing done) for a
         float mask, masks other than key padding (B or 1, 1, 1, S), an
         ``into`` of another dtype, layouts BLAS can't step through, overlapping
-        memory."""
+        memory, and where ``config.blas`` now asks for numpy's BLAS or
+        ``config.num_threads`` changed since the setup."""
+        if config.blas == "numpy":
+            return None
         masked = _NO_KEY_MASKED
         if mask is not None:
             if mask.dtype != np.bool_:
@@ -2599,7 +2603,8 @@ class _PoolAttention:
             return None
         if any(np.may_share_memory(out4, x) for x in (q4, k4, v4)):
             return None
-        self.threads_for_call(alone=_cores_taken())
+        if not self.claim_threads(_cores_taken(), self.threads):
+            return None
         self.kernel(self.address, q4, k4, v4, out4, self.scale, self.g.kv_repeat, masked,
                     self.is_causal)  # fmt: skip
         return out
