@@ -78,12 +78,40 @@ def run(
         dev.synchronize()
         return (now_ns() - start) / chain / 2
 
-    s = interleave({"cupy": raw_chain, "eagerrt": ert_chain}, rounds)
+    def chain_of(y: Any) -> Any:
+        for _ in range(chain):
+            y = y * 1.0001 + 0.5
+        return y
+
+    compiled = ert.function(chain_of)
+
+    def compiled_chain() -> float:
+        start = now_ns()
+        compiled(x_ert)
+        dev.synchronize()
+        return (now_ns() - start) / chain / 2
+
+    compiled_chain()  # traced and run plainly; the next call captures a CUDA graph
+    s = interleave({"cupy": raw_chain, "eagerrt": ert_chain, "compiled": compiled_chain}, rounds)
     fig["launch_ns_cupy"], fig["launch_ns_eagerrt"] = s.best("cupy"), s.best("eagerrt")
     fig["launch_vs_cupy"] = s.best("eagerrt") / s.best("cupy")
+    fig["compiled_chain_vs_cupy"] = s.best("compiled") / s.best("cupy")
+    plan = compiled.compiled_for(x_ert).plan
+    fig["compiled_chain_captured"] = float(bool(getattr(plan, "captured", False)))
+    if not fig["compiled_chain_captured"]:
+        why = getattr(getattr(plan, "runner", None), "capture_error", None)
+        print(f"bench_cuda: the compiled chain runs without a CUDA graph: {why!r}", flush=True)
     add_row(result, "per-op launch, raw CuPy", s.best("cupy"), "ns")
     add_row(
         result, "per-op launch, eagerrt", s.best("eagerrt"), "ns", fig["launch_vs_cupy"], "vs CuPy"
+    )
+    add_row(
+        result,
+        "per op, compiled (CUDA graph)" if fig["compiled_chain_captured"] else "per op, compiled",
+        s.best("compiled"),
+        "ns",
+        fig["compiled_chain_vs_cupy"],
+        "vs CuPy",
     )
     add_target(
         result, "launch_vs_cupy", "launch overhead vs CuPy", fig["launch_vs_cupy"], 1.2, "<="

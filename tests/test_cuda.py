@@ -1,13 +1,17 @@
 """The cuda device on a real GPU (``gpu`` marker; skipped without CuPy or a GPU).
 
 The stream logic itself is tested in CI by ``test_stream_device.py`` on the
-thread-backed test device; these tests check CuPy's half: every op against the
-CPU, streams and events, copies, out-of-memory, graph mode.
+thread-backed test device, and the neural-network kernels' arithmetic on numpy by
+``test_cuda_kernels_on_numpy.py``; these tests check CuPy's half: every op
+against the CPU (none of them run on the host), streams and events, copies,
+out-of-memory, the event loop kept free while the GPU works, graph mode and its
+CUDA graphs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -28,10 +32,72 @@ except ert.DeviceError as exc:
 def test_every_op_matches_the_cpu() -> None:
     from device_records import record_failures
 
+    DEV.host_fallbacks.clear()  # type: ignore[attr-defined]
     failures = [f for f in record_failures(DEV) if "operands are on different devices" not in f]
     fallbacks = dict(DEV.host_fallbacks)  # type: ignore[attr-defined]
     print(f"ops run on the host (generic kernels refusing cupy arrays): {fallbacks}")
     assert not failures, "\n".join(failures)
+    assert not fallbacks, f"ops silently run on the host: {fallbacks}"
+
+
+NN_CASES = {
+    "conv2d": lambda d: ert.conv2d(_t(d, 2, 3, 9, 9), _t(d, 4, 3, 3, 3), _t(d, 4), padding=1),
+    "conv2d 1x1": lambda d: ert.conv2d(_t(d, 2, 8, 5, 5), _t(d, 16, 8, 1, 1)),
+    "linear": lambda d: ert.linear(_t(d, 2, 5, 6), _t(d, 4, 6), _t(d, 4)),
+    "attention": lambda d: ert.scaled_dot_product_attention(
+        _t(d, 2, 4, 5, 8), _t(d, 2, 4, 7, 8), _t(d, 2, 4, 7, 8)
+    ),
+    "causal attention": lambda d: ert.scaled_dot_product_attention(
+        _t(d, 1, 2, 6, 8), _t(d, 1, 2, 6, 8), _t(d, 1, 2, 6, 8), is_causal=True
+    ),
+    "layer_norm": lambda d: ert.layer_norm(_t(d, 3, 4, 6), (6,), _t(d, 6), _t(d, 6)),
+    "group_norm": lambda d: ert.group_norm(_t(d, 3, 4, 6), 2, _t(d, 4), _t(d, 4)),
+    "batch_norm": lambda d: ert.batch_norm(
+        _t(d, 3, 4, 5, 5), _t(d, 4), ert.abs(_t(d, 4)) + 0.5, _t(d, 4), _t(d, 4)
+    ),
+    "max_pool2d": lambda d: ert.max_pool2d(_t(d, 2, 3, 9, 9), 3, 2, 1),
+    "avg_pool2d": lambda d: ert.avg_pool2d(_t(d, 2, 3, 9, 9), 3, 2, 1),
+    "adaptive_avg_pool2d": lambda d: ert.adaptive_avg_pool2d(_t(d, 2, 3, 7, 7), 1),
+    "gelu": lambda d: ert.gelu(_t(d, 64)),
+    "softmax": lambda d: ert.softmax(_t(d, 4, 9), axis=-1),
+    "silu": lambda d: ert.silu(_t(d, 64)),
+    "embedding": lambda d: ert.embedding(
+        ert.asarray(np.array([[1, 0], [3, 2]]), device=d), _t(d, 4, 5)
+    ),
+}
+
+
+def _t(device: object, *shape: int) -> ert.Tensor:
+    data = np.random.default_rng(sum(shape)).standard_normal(shape).astype("float32")
+    return ert.asarray(data, device=device)
+
+
+@pytest.mark.parametrize("case", sorted(NN_CASES))
+def test_nn_ops_run_on_the_gpu_and_match_the_cpu(case: str) -> None:
+    DEV.host_fallbacks.clear()  # type: ignore[attr-defined]
+    got = NN_CASES[case](DEV).to("cpu").numpy()
+    assert not DEV.host_fallbacks, f"ran on the host: {dict(DEV.host_fallbacks)}"  # type: ignore[attr-defined]
+    np.testing.assert_allclose(got, NN_CASES[case]("cpu").numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_an_embedding_index_out_of_range_fails_on_read_naming_the_op() -> None:
+    table = _t(DEV, 4, 5)
+    rows = ert.embedding(ert.asarray(np.array([1, 7]), device=DEV), table)
+    later = rows * 2  # depends on the failed lookup: fails too
+    assert rows.is_ready()  # the check is made on the device: no wait at the call
+    with pytest.raises(ert.KernelError, match="out of range"):
+        later.numpy()
+    with pytest.raises(ert.KernelError, match="embedding"):
+        rows.numpy()
+
+
+def test_tf32_convolutions_are_close_to_float32() -> None:
+    x, w = _t(DEV, 2, 64, 16, 16), _t(DEV, 64, 64, 3, 3)
+    exact = ert.conv2d(x, w, padding=1).numpy()
+    with ert.config.override(cuda_tf32=True):
+        fast = ert.conv2d(x, w, padding=1).numpy()
+    scale = np.abs(exact).max()
+    assert np.abs(fast - exact).max() <= 1e-2 * scale
 
 
 def test_await_gives_cupy_and_to_cpu_gives_numpy() -> None:
@@ -94,6 +160,69 @@ def test_graph_mode_on_cuda() -> None:
     f = ert.function(lambda x: ert.relu(x @ w) + 1)
     x = ert.asarray(np.ones((3, 4), "float32"), device=DEV)
     np.testing.assert_allclose(f(x).numpy(), np.full((3, 4), 3.0))
+
+
+def test_compiled_plans_replay_a_cuda_graph() -> None:
+    rng = np.random.default_rng(3)
+    w1 = ert.asarray(rng.standard_normal((3, 8, 3, 3)).astype("float32"), device=DEV)
+    w2 = ert.asarray(rng.standard_normal((10, 8)).astype("float32"), device=DEV)
+
+    def net(x: ert.Tensor) -> tuple[ert.Tensor, ert.Tensor]:
+        h = ert.relu(ert.conv2d(x, ert.moveaxis(w1, 0, 1), padding=1))
+        pooled = ert.adaptive_avg_pool2d(h, 1).reshape(x.shape[0], 8)
+        return ert.softmax(ert.linear(pooled, w2), axis=-1), h.sum()
+
+    f = ert.function(net)
+    images = [rng.standard_normal((2, 3, 12, 12)).astype("float32") for _ in range(4)]
+    results = []
+    for image in images:  # the first call runs plainly, the second captures, then replays
+        probs, total = f(ert.asarray(image, device=DEV))
+        results.append((probs.to("cpu").numpy(), float(total)))
+    plan = f.compiled_for(ert.asarray(images[0], device=DEV)).plan
+    assert plan.captured, f"not captured: {plan.runner.capture_error!r}"
+    for image, (probs, total) in zip(images, results, strict=True):
+        x = ert.asarray(image)
+        want_probs, want_total = net(x)
+        np.testing.assert_allclose(probs, want_probs.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(total, float(want_total), rtol=1e-4)
+
+
+def test_a_replayed_plan_gives_each_call_its_own_result() -> None:
+    f = ert.function(lambda x: x * 2 + 1)
+    outs = [f(ert.asarray(np.full(4, float(i), "float32"), device=DEV)) for i in range(5)]
+    for i, out in enumerate(outs):  # read after later replays wrote the plan's buffers
+        np.testing.assert_array_equal(out.numpy(), np.full(4, 2.0 * i + 1))
+
+
+def test_await_never_blocks_the_event_loop_while_the_gpu_works() -> None:
+    a = _t(DEV, 4096, 4096) * (1 / 64)
+    y = a
+    for _ in range(60):  # about 8 TFLOP queued: a few hundred ms of GPU work
+        y = ert.tanh(y @ a)
+
+    async def main() -> tuple[float, float, int]:
+        ticks: list[float] = []
+        done = False
+
+        async def ticker() -> None:
+            while not done:
+                ticks.append(time.perf_counter())
+                await asyncio.sleep(0.002)
+
+        task = asyncio.create_task(ticker())
+        start = time.perf_counter()
+        host = await y.to("cpu")
+        waited = time.perf_counter() - start
+        done = True
+        await task
+        assert host.shape == (4096, 4096)
+        return waited, float(np.diff(ticks).max()), len(ticks)
+
+    waited, worst_gap, count = asyncio.run(main())
+    print(f"awaited {waited * 1e3:.0f} ms, {count} ticks, worst gap {worst_gap * 1e3:.1f} ms")
+    assert waited > 0.05, "the GPU work was too short to show anything"
+    assert worst_gap < 0.05
+    assert count >= waited / 0.01
 
 
 def test_conv2d_matches_the_cpu() -> None:

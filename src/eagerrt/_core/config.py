@@ -76,6 +76,11 @@ class Config:
     #: ``"auto"``, Intel's MKL where installed (``pip install 'eagerrt[mkl]'``),
     #: else numpy's BLAS; ``"mkl"``, MKL or an error; ``"numpy"``, numpy's.
     blas: str = "auto"
+    #: The cuda device's float32 convolutions multiply on TensorFloat-32 tensor
+    #: cores (``EAGERRT_CUDA_TF32``): several times faster, 10-bit mantissas in
+    #: the products (PyTorch's default for its cuDNN convolutions). Off: results
+    #: match the CPU's to float32 rounding.
+    cuda_tf32: bool = False
     #: Cost-model constants, in nanoseconds (see ``eagerrt.calibrate``): a tiny
     #: numpy call, a float32 add per element on 4 MB arrays, and a float32
     #: 256x256 matmul per flop, as measured on the reference machine.
@@ -174,6 +179,7 @@ config = Config(
     num_threads=_env_int("EAGERRT_NUM_THREADS", os.cpu_count() or 2),
     max_queued_tasks=_env_int("EAGERRT_MAX_QUEUED", 1024),
     blas=os.environ.get("EAGERRT_BLAS", "").strip().lower() or "auto",
+    cuda_tf32=_env_flag("EAGERRT_CUDA_TF32"),
 )
 
 

@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 
 from .._core.errors import DeviceError
+from .cuda_graphs import CapturedPlan
+from .device_checks import checks_for, first_failure, take_checks
 from .stream import DeviceMemoryError, DeviceValue, StreamDevice
 
 __all__ = ["INSTALL_HINT", "CudaDevice", "cuda_device"]
@@ -126,26 +128,61 @@ class CudaDevice(StreamDevice):
         static: dict[str, Any],
         shape: tuple[int, ...],
         dtype: np.dtype[Any],
-    ) -> tuple[Any, None]:
-        cp = self._cp
+    ) -> tuple[Any, Any]:
         args = [v.native if type(v) is DeviceValue else v for v in values]
         with self._device, stream:
-            try:
-                out = kernel(*args, **static)
-            except cp.cuda.memory.OutOfMemoryError as exc:
-                raise DeviceMemoryError(f"{self.name} is out of memory: {exc}") from exc
-            except MemoryError:
-                raise
-            except Exception:
-                out = self._on_host(op, args, static)
-            if type(out) is not cp.ndarray:
-                out = cp.asarray(out)
+            out = self.call_kernel(op, kernel, args, static)
         if out.shape != shape or out.dtype != dtype:
             raise RuntimeError(
                 f"the cuda kernel of {op.name!r} gave {out.dtype}{list(out.shape)}, "
                 f"expected {dtype}{list(shape)}"
             )
-        return out, None
+        return out, checks_for(op.name, values, take_checks())
+
+    def call_kernel(
+        self, op: Any, kernel: Callable[..., Any], args: Sequence[Any], static: dict[str, Any]
+    ) -> Any:
+        """``kernel(*args, **static)`` on native operands, on the current stream:
+        a CuPy array; a generic kernel refusing CuPy arrays runs on the host
+        (counted in ``host_fallbacks``); running out of memory raises
+        :class:`DeviceMemoryError`."""
+        cp = self._cp
+        try:
+            out = kernel(*args, **static)
+        except cp.cuda.memory.OutOfMemoryError as exc:
+            raise DeviceMemoryError(f"{self.name} is out of memory: {exc}") from exc
+        except MemoryError:
+            raise
+        except Exception:
+            take_checks()  # the kernel's own, if it left any: the host run checks again
+            out = self._on_host(op, list(args), static)
+        if type(out) is not cp.ndarray:
+            out = cp.asarray(out)
+        return out
+
+    def stream_failure(self, value: DeviceValue) -> Any:
+        """The first of ``value``'s checks that failed on the device (read once
+        the value's work is done: the host is reading it)."""
+        return first_failure(value.handle)
+
+    # -- compiled plans ---------------------------------------------------------------
+    runs_native_plans = True
+    #: Compiled plans capture their kernels into CUDA graphs (see cuda_graphs).
+    capture_plans = True
+
+    def plan_runner(self, run: Callable[[list[Any]], Any]) -> CapturedPlan:
+        return CapturedPlan(self._cp, run, capture=self.capture_plans)
+
+    def _launch_plan(
+        self,
+        stream: Any,
+        runner: Callable[[Any, list[Any]], Any],
+        natives: list[Any],
+        values: Sequence[Any],
+    ) -> tuple[list[Any], Any]:
+        with self._device, stream:
+            results, left = runner(stream, natives)
+        return results, checks_for("function", values, left)
 
     def _on_host(self, op: Any, args: list[Any], static: dict[str, Any]) -> Any:
         """Run the op's CPU kernel on host copies (a generic kernel refused cupy

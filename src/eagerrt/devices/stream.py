@@ -448,6 +448,62 @@ class StreamDevice(Device):
             stream.enqueued += 1
             return DeviceValue(self, stream, stream.enqueued, native, handle)
 
+    # -- whole plans ------------------------------------------------------------------
+    #: Whether :meth:`plan_runner` runs compiled plans' kernels on native arrays
+    #: (graph mode then enqueues a plan as one unit: :meth:`enqueue_plan`).
+    runs_native_plans = False
+
+    def plan_runner(self, run: Callable[[list[Any]], Any]) -> Callable[[Any, list[Any]], Any]:
+        """How a compiled plan runs here: a callable ``(stream, natives)`` around
+        ``run(natives) -> (result natives, checks)``, which calls the plan's kernels."""
+        raise NotImplementedError
+
+    def enqueue_plan(
+        self, runner: Callable[[Any, list[Any]], Any], values: Sequence[Any]
+    ) -> list[DeviceValue]:
+        """Enqueue a compiled plan as one unit of work on one stream: ``values``
+        (DeviceValues: its inputs, then the constants it reads) ordered before
+        it as an op's operands are; the results' values, ready at once."""
+        if self._retired or self._retained:
+            self._tidy(_RELEASE_CHECKS)
+        stream = self._pick_stream(values)
+        waits = []
+        for v in values:
+            event = self._order_after(stream, v)
+            if event is not None:
+                waits.append(event)
+        natives = [v.native for v in values]
+        try:
+            return self._plan_on(stream, waits, runner, natives, values)
+        except MemoryError:  # give back what can be given, then one retry
+            self._reclaim_all()
+            return self._plan_on(stream, waits, runner, natives, values)
+
+    def _plan_on(
+        self,
+        stream: Stream,
+        waits: list[Event],
+        runner: Callable[[Any, list[Any]], Any],
+        natives: list[Any],
+        values: Sequence[Any],
+    ) -> list[DeviceValue]:
+        with stream.lock:
+            if waits:
+                self._wait_all(stream, waits)
+            results, handle = self._launch_plan(stream.native, runner, natives, values)
+            stream.enqueued += 1
+            return [DeviceValue(self, stream, stream.enqueued, r, handle) for r in results]
+
+    def _launch_plan(
+        self,
+        stream: Any,
+        runner: Callable[[Any, list[Any]], Any],
+        natives: list[Any],
+        values: Sequence[Any],
+    ) -> tuple[list[Any], Any]:
+        """Run ``runner`` on ``stream``: (result natives, their shared handle)."""
+        raise NotImplementedError
+
     # -- memory lifetimes -----------------------------------------------------------
     def _tidy(self, checks: int | None) -> None:
         """Turn dropped values read on other streams into retained ones (events

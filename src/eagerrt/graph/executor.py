@@ -28,13 +28,14 @@ from .._core.errors import Failure, SourceLine, user_line
 from .._core.scheduler import Task, count_inline, schedule
 from .._core.workers import stop_counting_as_busy
 from ..tensor import Tensor
+from .native_plan import NativePlan
 from .op_by_op import OpByOpPlan
 from .plan import Context, Plan, StepFailed
 
 __all__ = ["run_plan"]
 
 
-def run_plan(plan: Plan | OpByOpPlan, inputs: list[Tensor]) -> list[Tensor]:
+def run_plan(plan: Plan | OpByOpPlan | NativePlan, inputs: list[Tensor]) -> list[Tensor]:
     """The plan's output tensors for these input tensors."""
     if plan.op_by_op:  # a device other than the CPU
         return plan.run(inputs)  # type: ignore[union-attr]

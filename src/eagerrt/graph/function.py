@@ -36,6 +36,7 @@ from ..tensor import TRACED, Tensor
 from . import pytree
 from .executor import run_plan
 from .ir import Graph
+from .native_plan import NativePlan, runs_native_plan
 from .op_by_op import OpByOpPlan, runs_op_by_op
 from .passes import optimize
 from .plan import Plan, lower
@@ -55,7 +56,7 @@ class Compiled:
     """One trace of a function, optimized and lowered."""
 
     graph: Graph
-    plan: Plan | OpByOpPlan
+    plan: Plan | OpByOpPlan | NativePlan
     structure: Any
     positions: list[int]  # which flattened argument leaves are graph inputs
 
@@ -290,8 +291,11 @@ class Function(Generic[_F]):
         kwargs: dict[str, Any],
     ) -> Compiled:
         graph.note("trace", f"{len(graph.nodes)} ops traced")
-        plan: Plan | OpByOpPlan
-        if runs_op_by_op(graph):  # another device: its ops, called in order
+        plan: Plan | OpByOpPlan | NativePlan
+        native_device = runs_native_plan(graph)
+        if native_device is not None:  # a device taking whole plans (cuda)
+            plan = NativePlan(graph, native_device)
+        elif runs_op_by_op(graph):  # another device: its ops, called in order
             plan = OpByOpPlan(graph)
         else:
             for c in graph.constants():

@@ -1,5 +1,6 @@
 """Kernels for the cuda device where an op's generic (numpy-API) kernel can't
-run on cupy arrays, or a cupy call is the better one.
+run on cupy arrays, or a cupy call is the better one (the neural-network ones
+live in :mod:`._cuda_nn`).
 
 Imported by the op registry the first time a cuda device looks up a kernel
 (``CudaDevice.kernel_module``), so CuPy is only imported where it is used.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .nn import _conv_geometry
+from . import _cuda_nn
 from .registry import get_op
 
 try:
@@ -29,48 +30,19 @@ def _fill(*, shape: tuple[int, ...], dtype: Any, fill: Any = None) -> Any:
     return cp.full(shape, fill, dtype)
 
 
-def _conv2d(
-    x: Any,
-    weight: Any,
-    bias: Any = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
-) -> Any:
-    """conv2d as im2col (a strided view of the padded input, copied once) and a
-    batched matmul per group (cuBLAS)."""
-    g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
-    x4 = x if x.ndim == 4 else x[None]
-    need_h = (g.ho - 1) * g.sh + g.dh * (g.kh - 1) + 1
-    need_w = (g.wo - 1) * g.sw + g.dw * (g.kw - 1) + 1
-    pads = (
-        (0, 0),
-        (0, 0),
-        (g.ph, max(0, need_h - g.h - g.ph)),
-        (g.pw, max(0, need_w - g.w - g.pw)),
-    )
-    padded = cp.ascontiguousarray(cp.pad(x4, pads)[:, :, :need_h, :need_w])
-    s0, s1, s2, s3 = padded.strides
-    cols = cp.lib.stride_tricks.as_strided(
-        padded,
-        shape=(g.n, g.c, g.kh, g.kw, g.ho, g.wo),
-        strides=(s0, s1, s2 * g.dh, s3 * g.dw, s2 * g.sh, s3 * g.sw),
-    )
-    cg, og = g.c // g.groups, g.o // g.groups
-    cols = cols.reshape(g.n, g.groups, cg * g.kh * g.kw, g.ho * g.wo)
-    wmat = weight.reshape(g.groups, og, cg * g.kh * g.kw)
-    out = cp.matmul(wmat[None], cols).reshape(g.n, g.o, g.ho, g.wo)
-    if bias is not None:
-        out += bias.reshape(-1, 1, 1)
-    return out if x.ndim == 4 else out[0]
-
-
 def _kernels() -> dict[str, Callable[..., Any]]:
     return {
         "matmul": cp.matmul,  # cuBLAS
-        "conv2d": _conv2d,
+        "conv2d": _cuda_nn.conv2d,
+        "linear": _cuda_nn.linear,
+        "scaled_dot_product_attention": _cuda_nn.scaled_dot_product_attention,
+        "layer_norm": _cuda_nn.layer_norm,
+        "group_norm": _cuda_nn.group_norm,
+        "max_pool2d": _cuda_nn.max_pool2d,
+        "avg_pool2d": _cuda_nn.avg_pool2d,
+        "adaptive_avg_pool2d": _cuda_nn.adaptive_avg_pool2d,
+        "gelu": _cuda_nn.gelu,
+        "embedding": _cuda_nn.embedding,
         "fill": _fill,
         "arange": lambda *, start, stop, step, dtype: cp.arange(start, stop, step, dtype=dtype),
         "linspace": lambda *, start, stop, num, endpoint, dtype: cp.linspace(

@@ -1,0 +1,103 @@
+"""Compiled plans on the cuda device, captured once into a CUDA graph and replayed.
+
+A compiled function's plan (:mod:`eagerrt.graph.native_plan`) hands the cuda
+device one callable that launches all its kernels on native arrays. Launching
+them one by one costs the host several microseconds each (CuPy's own Python, then
+the driver); a CUDA graph records the whole sequence once and replays it with one
+launch, the way PyTorch's CUDA graphs and TFRT's GPU executables do.
+
+:class:`CapturedPlan`:
+
+1. the first call runs the kernels plainly (CuPy compiles and caches its kernels,
+   cuBLAS picks its algorithms: nothing of that may happen during a capture);
+2. the second call copies its inputs into buffers of the plan's own, and
+   captures the kernels on the stream into a graph. Everything they allocate
+   comes from a memory pool of the plan's own, kept with the graph: the graph
+   reads and writes those addresses on every replay, so no other work may be
+   given that memory;
+3. every call from then on copies its inputs into those buffers, replays the
+   graph, and copies the results out into fresh arrays (the caller owns them;
+   the next replay overwrites the plan's).
+
+A plan whose capture fails (a kernel that waits for the device, an op run on the
+host) runs its kernels plainly from then on; ``capture_error`` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .device_checks import take_checks
+
+__all__ = ["CapturedPlan"]
+
+#: A plan's kernels: ``run(natives) -> result natives``.
+Run = Callable[[list[Any]], list[Any]]
+
+
+class CapturedPlan:
+    """See the module docstring. ``__call__(stream, natives)`` runs on
+    ``stream`` (the current CuPy stream) and returns ``(results, checks)``."""
+
+    def __init__(self, cupy: Any, run: Run, *, capture: bool = True) -> None:
+        self._cp = cupy
+        self._run = run
+        self._capture_wanted = capture
+        self.calls = 0
+        #: Why the capture failed (the plan then runs plainly), or None.
+        self.capture_error: BaseException | None = None
+        self._graph: Any = None
+        self._pool: Any = None
+        self._inputs: list[Any] = []
+        self._outputs: list[Any] = []
+        self._checks: list[tuple[Any, str]] = []
+
+    @property
+    def captured(self) -> bool:
+        """Whether calls replay a CUDA graph."""
+        return self._graph is not None
+
+    def __call__(self, stream: Any, natives: list[Any]) -> tuple[list[Any], list[Any]]:
+        self.calls += 1
+        if self._graph is None:
+            if not self._capture_wanted or self.capture_error is not None or self.calls < 2:
+                return self._plain(natives)
+            try:
+                self._capture(stream, natives)
+            except Exception as exc:  # this plan runs plainly from now on
+                self.capture_error = exc
+                self._pool = None
+                take_checks()
+                return self._plain(natives)
+        else:
+            for buffer, x in zip(self._inputs, natives, strict=True):
+                buffer[...] = x
+        self._graph.launch(stream)
+        outputs = [o.copy() for o in self._outputs]
+        checks = [(flag.copy(), message) for flag, message in self._checks]
+        return outputs, checks
+
+    def _plain(self, natives: list[Any]) -> tuple[list[Any], list[Any]]:
+        outputs = self._run(natives)
+        return outputs, take_checks()
+
+    def _capture(self, stream: Any, natives: list[Any]) -> None:
+        cp = self._cp
+        pool = cp.cuda.MemoryPool()
+        with cp.cuda.using_allocator(pool.malloc):
+            inputs = [x.copy() for x in natives]
+            mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", None)
+            if mode is None:
+                stream.begin_capture()
+            else:
+                stream.begin_capture(mode)
+            try:
+                outputs = self._run(inputs)
+                checks = take_checks()
+            except BaseException:
+                stream.end_capture()  # the half-made graph is dropped
+                raise
+            graph = stream.end_capture()
+        self._pool, self._inputs, self._graph = pool, inputs, graph
+        self._outputs, self._checks = outputs, checks

@@ -1,0 +1,82 @@
+"""Checks a kernel makes on the device rather than wait for them.
+
+A kernel that would have to read device memory to validate its operands (an
+embedding's indices in range) computes the condition on the device instead, as
+a 0-d bool array, and leaves it here (:func:`check_later`). The device takes
+the checks after each launch (:func:`take_checks`) and keeps them with the
+result, and with every result computed from it; when the host reads one of
+those (``await``, ``.numpy()``), the device is done with the flag, and a true
+one fails the read with the kernel's message, naming the op and the user's line.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .._core.errors import Failure, SourceLine, user_line
+
+__all__ = ["Check", "check_later", "checks_for", "first_failure", "take_checks"]
+
+
+class Check:
+    """A condition a kernel computed on the device instead of waiting for it
+    (``flag``, a 0-d bool array, true on failure), made when the host reads a
+    result that depends on it."""
+
+    __slots__ = ("failure", "flag", "message", "op", "site")
+
+    def __init__(self, flag: Any, op: str, site: SourceLine | None, message: str) -> None:
+        self.flag = flag
+        self.op = op
+        self.site = site
+        self.message = message
+        self.failure: Failure | None = None
+
+
+#: Checks kernels left on this thread since the device last took them.
+_checks = threading.local()
+
+
+def check_later(flag: Any, message: str) -> None:
+    """For a kernel: fail its result, when the host reads it, if the 0-d device
+    bool ``flag`` is true (a check made on the device, no wait for it now)."""
+    pending = getattr(_checks, "pending", None)
+    if pending is None:
+        pending = _checks.pending = []
+    pending.append((flag, message))
+
+
+def take_checks() -> list[tuple[Any, str]]:
+    """The ``(flag, message)`` checks kernels on this thread left since the last call."""
+    pending = getattr(_checks, "pending", None)
+    if not pending:
+        return []
+    _checks.pending = []
+    return pending
+
+
+def checks_for(op: str, values: Any, left: list[tuple[Any, str]]) -> tuple[Check, ...] | None:
+    """The checks a result answers to: its operands' (``values``, the device's
+    values among them carrying theirs as ``handle``) and those its kernels
+    ``left`` (made into Checks naming ``op`` and the user's line)."""
+    checks: tuple[Check, ...] = ()
+    for v in values:
+        handle = getattr(v, "handle", None)
+        if type(handle) is tuple:
+            checks += handle
+    if left:
+        site = user_line()
+        checks += tuple(Check(flag, op, site, message) for flag, message in left)
+    return checks or None
+
+
+def first_failure(checks: tuple[Check, ...] | None) -> Failure | None:
+    """The failure of the first of ``checks`` whose flag is true (read once the
+    device is done with them: the host is reading a result)."""
+    for check in checks or ():
+        if check.failure is None and bool(check.flag):
+            check.failure = Failure(check.op, check.site, IndexError(check.message))
+        if check.failure is not None:
+            return check.failure
+    return None

@@ -1,0 +1,362 @@
+"""The cuda device's neural-network kernels, written once over an array namespace.
+
+Each kernel takes the op's operands as CuPy arrays on the GPU and computes with
+CuPy's numpy-compatible functions, which launch on the current stream: whole-array
+expressions and cuBLAS products, no host round trip, nothing that waits for the
+device (so a compiled plan can capture them into a CUDA graph). The namespace
+comes from the operands (:func:`_xp`): the same code runs on numpy arrays, which
+is how CI, without a GPU, checks every kernel's arithmetic against the CPU ops
+(``tests/test_cuda_kernels_on_numpy.py``).
+
+Products of float32 convolutions run on TensorFloat-32 tensor cores when
+``config.cuda_tf32`` is set (PyTorch's ``cudnn.allow_tf32`` default does the
+same for its convolutions); off by default, so results match the CPU's to float32
+rounding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .._core.config import config
+from ..devices.device_checks import check_later
+from .nn import (
+    _adaptive_size,
+    _affine,
+    _attention_geometry,
+    _conv_geometry,
+    _normalized_shape,
+    _pool_geometry,
+)
+
+__all__ = [
+    "adaptive_avg_pool2d",
+    "avg_pool2d",
+    "conv2d",
+    "embedding",
+    "gelu",
+    "group_norm",
+    "layer_norm",
+    "linear",
+    "max_pool2d",
+    "scaled_dot_product_attention",
+]
+
+
+def _xp(a: Any) -> Any:
+    """The array namespace of ``a``: CuPy for a CuPy array, else numpy."""
+    if type(a).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+@contextlib.contextmanager
+def _tf32(xp: Any, dtype: np.dtype[Any]) -> Iterator[None]:
+    """CuPy's float32 products on TF32 tensor cores inside the block, where
+    ``config.cuda_tf32`` asks for it (CuPy's setting is global: restored after)."""
+    if xp is np or dtype != np.float32 or not config.cuda_tf32:
+        yield
+        return
+    from cupy._core import _routines_linalg as linalg
+
+    before = linalg.get_compute_type(dtype)
+    linalg.set_compute_type(dtype, linalg.COMPUTE_TYPE_TF32)
+    try:
+        yield
+    finally:
+        linalg.set_compute_type(dtype, before)
+
+
+# -- products ---------------------------------------------------------------------------
+def linear(x: Any, weight: Any, bias: Any = None) -> Any:
+    """``x @ weight.T + bias``: one cuBLAS product over all leading dimensions
+    (the transposed weight is a view cuBLAS reads as is)."""
+    xp = _xp(x)
+    k = x.shape[-1]
+    rows = x.reshape(-1, k) if x.ndim != 2 else x
+    out = xp.matmul(rows, weight.T)
+    if bias is not None:
+        out += bias
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def conv2d(
+    x: Any,
+    weight: Any,
+    bias: Any = None,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Any:
+    """conv2d as one product per group: a 1x1 stride-1 convolution multiplies
+    the images as they are; any other gathers its input columns once (im2col,
+    a strided view of the padded input copied in one pass)."""
+    xp = _xp(x)
+    g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    x4 = x if x.ndim == 4 else x[None]
+    cg, og = g.c // g.groups, g.o // g.groups
+    taps = cg * g.kh * g.kw
+    with _tf32(xp, x.dtype):
+        if g.kh == g.kw == 1 and g.sh == g.sw == 1 and not (g.ph or g.pw) and g.groups == 1:
+            # (O, C) @ (N, C, HW): batched products, weight shared (stride 0 in cuBLAS).
+            out = xp.matmul(weight.reshape(g.o, g.c), x4.reshape(g.n, g.c, g.h * g.w))
+        else:
+            cols = _im2col(xp, x4, g)  # (N, groups, taps, pixels)
+            wmat = weight.reshape(g.groups, og, taps)
+            out = xp.matmul(wmat, cols)  # (N, groups, og, pixels)
+    out = out.reshape(g.n, g.o, g.ho, g.wo)
+    if bias is not None:
+        out += bias.reshape(-1, 1, 1)
+    return out if x.ndim == 4 else out[0]
+
+
+def _im2col(xp: Any, x4: Any, g: Any) -> Any:
+    """(N, groups, C/groups * kh * kw, Ho * Wo): each output pixel's taps, zeros
+    in the padding."""
+    need_h = (g.ho - 1) * g.sh + g.dh * (g.kh - 1) + 1
+    need_w = (g.wo - 1) * g.sw + g.dw * (g.kw - 1) + 1
+    bottom, right = max(0, need_h - g.h - g.ph), max(0, need_w - g.w - g.pw)
+    if g.ph or g.pw or bottom or right:
+        padded = xp.zeros((g.n, g.c, g.h + g.ph + bottom, g.w + g.pw + right), x4.dtype)
+        padded[:, :, g.ph : g.ph + g.h, g.pw : g.pw + g.w] = x4
+    else:
+        padded = xp.ascontiguousarray(x4)
+    s0, s1, s2, s3 = padded.strides
+    windows = xp.lib.stride_tricks.as_strided(
+        padded,
+        shape=(g.n, g.c, g.kh, g.kw, g.ho, g.wo),
+        strides=(s0, s1, s2 * g.dh, s3 * g.dw, s2 * g.sh, s3 * g.sw),
+    )
+    cg = g.c // g.groups
+    return xp.ascontiguousarray(windows).reshape(g.n, g.groups, cg * g.kh * g.kw, g.ho * g.wo)
+
+
+# -- attention ---------------------------------------------------------------------------
+def scaled_dot_product_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    mask: Any = None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Any:
+    """``softmax(q @ k^T * scale + mask) @ v`` as three cuBLAS-backed steps:
+    batched scores, a softmax over keys, batched values. Queries that may
+    attend to nothing give zeros (PyTorch's rule)."""
+    xp = _xp(q)
+    g = _attention_geometry(q, k, v, mask, is_causal, enable_gqa)
+    factor = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
+    if g.kv_repeat > 1:  # grouped-query attention: each key/value head serves several
+        k = xp.repeat(k, g.kv_repeat, axis=-3)
+        v = xp.repeat(v, g.kv_repeat, axis=-3)
+    scores = xp.matmul(q, xp.swapaxes(k, -1, -2))
+    scores *= scores.dtype.type(factor)
+    allowed = None
+    if is_causal:
+        allowed = xp.tril(xp.ones((g.length, g.source), dtype=bool), g.source - g.length)
+    elif mask is not None and mask.dtype == np.bool_:
+        allowed = mask
+    elif mask is not None:
+        scores += mask
+    if allowed is not None:
+        scores = xp.where(allowed, scores, scores.dtype.type(-np.inf))
+    top = scores.max(axis=-1, keepdims=True)
+    top = xp.where(xp.isfinite(top), top, top.dtype.type(0))  # rows with no key allowed
+    scores -= top
+    weights = xp.exp(scores, out=scores)
+    total = weights.sum(axis=-1, keepdims=True)
+    weights /= xp.where(total > 0, total, total.dtype.type(1))
+    return xp.matmul(weights, v)
+
+
+# -- normalization ---------------------------------------------------------------------------
+def _normalize_rows(xp: Any, rows: Any, eps: float) -> Any:
+    """Rows normalized to mean 0 and (biased) variance 1, in a new array."""
+    mean = rows.mean(axis=-1, keepdims=True)
+    centered = rows - mean
+    var = (centered * centered).mean(axis=-1, keepdims=True)
+    var += var.dtype.type(eps)
+    centered *= 1 / xp.sqrt(var)
+    return centered
+
+
+def layer_norm(
+    x: Any,
+    *affine: Any,
+    normalized_shape: Any = (),
+    has_weight: bool = False,
+    has_bias: bool = False,
+    eps: float = 1e-5,
+) -> Any:
+    """Layer norm over the trailing ``normalized_shape`` dimensions."""
+    xp = _xp(x)
+    weight, bias = _affine(affine, has_weight, has_bias)
+    cols = math.prod(_normalized_shape(normalized_shape))
+    out = _normalize_rows(xp, x.reshape(-1, cols), float(eps))
+    if weight is not None:
+        out *= weight.reshape(cols)
+    if bias is not None:
+        out += bias.reshape(cols)
+    return out.reshape(x.shape)
+
+
+def group_norm(
+    x: Any,
+    *affine: Any,
+    num_groups: int = 1,
+    has_weight: bool = False,
+    has_bias: bool = False,
+    eps: float = 1e-5,
+) -> Any:
+    """Group norm: statistics per sample over groups of channels."""
+    xp = _xp(x)
+    weight, bias = _affine(affine, has_weight, has_bias)
+    n, c = x.shape[:2]
+    out = _normalize_rows(xp, x.reshape(n * num_groups, -1), float(eps)).reshape(n, c, -1)
+    if weight is not None:
+        out *= weight.reshape(c, 1)
+    if bias is not None:
+        out += bias.reshape(c, 1)
+    return out.reshape(x.shape)
+
+
+# -- pooling ---------------------------------------------------------------------------------
+def _windows(xp: Any, x: Any, g: Any, fill: float, dilation: tuple[int, int] = (1, 1)) -> Any:
+    """(N*C, Ho, Wo, kh, kw) windows of the planes of ``x`` padded with ``fill``
+    (a strided view of one padded copy)."""
+    planes = x.reshape(-1, *x.shape[-2:])
+    h, w = planes.shape[-2:]
+    oh, ow = g.out_shape[-2:]
+    dh, dw = dilation
+    need_h = (oh - 1) * g.sh + dh * (g.kh - 1) + 1
+    need_w = (ow - 1) * g.sw + dw * (g.kw - 1) + 1
+    bottom, right = max(0, need_h - h - g.ph), max(0, need_w - w - g.pw)
+    padded = xp.full((planes.shape[0], h + g.ph + bottom, w + g.pw + right), fill, x.dtype)
+    padded[:, g.ph : g.ph + h, g.pw : g.pw + w] = planes
+    s0, s1, s2 = padded.strides
+    return xp.lib.stride_tricks.as_strided(
+        padded,
+        shape=(planes.shape[0], oh, ow, g.kh, g.kw),
+        strides=(s0, s1 * g.sh, s2 * g.sw, s1 * dh, s2 * dw),
+    )
+
+
+def max_pool2d(
+    x: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> Any:
+    """Max over each window (padding never wins: it is -inf, or the dtype's least)."""
+    xp = _xp(x)
+    g = _pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    windows = _windows(xp, x, g, -np.inf, (g.dh, g.dw))
+    return windows.max(axis=(-2, -1)).reshape(g.out_shape)
+
+
+def avg_pool2d(
+    x: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Any:
+    """Mean over each window, PyTorch's divisors: the window clipped to the
+    padded input (``count_include_pad``) or to the input itself."""
+    xp = _xp(x)
+    g = _pool_geometry("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
+    sums = _windows(xp, x, g, 0.0).sum(axis=(-2, -1))
+    if divisor_override:
+        sums /= sums.dtype.type(divisor_override)
+        return sums.reshape(g.out_shape)
+    (oh, ow), (h, w) = g.out_shape[-2:], x.shape[-2:]
+    rows = _taps(oh, g.sh, g.kh, g.ph, h, count_include_pad)
+    cols = _taps(ow, g.sw, g.kw, g.pw, w, count_include_pad)
+    divisors = np.maximum(np.outer(rows, cols), 1).astype(x.dtype)
+    sums /= xp.asarray(divisors)
+    return sums.reshape(g.out_shape)
+
+
+def _taps(out: int, stride: int, k: int, pad: int, size: int, with_pad: bool) -> np.ndarray:
+    """Each window's divisor along one axis, as PyTorch counts it: the window
+    clipped to the padded axis, or to the axis itself (host arithmetic on the
+    geometry alone, made into a small array once per call)."""
+    starts = np.arange(out) * stride - pad
+    if with_pad:
+        return np.minimum(starts + k, size + pad) - starts
+    return np.minimum(starts + k, size) - np.maximum(starts, 0)
+
+
+def adaptive_avg_pool2d(x: Any, output_size: Any) -> Any:
+    """PyTorch's adaptive bins (floor starts, ceil ends): a reshaped mean where
+    the sizes divide, else one mean per output row and column of bins."""
+    xp = _xp(x)
+    oh, ow = _adaptive_size(x, output_size)
+    h, w = x.shape[-2:]
+    lead = x.shape[:-2]
+    if h % oh == 0 and w % ow == 0:
+        return x.reshape(*lead, oh, h // oh, ow, w // ow).mean(axis=(-3, -1))
+    out = xp.empty((*lead, oh, ow), x.dtype)
+    for i in range(oh):
+        r0, r1 = (i * h) // oh, -((-(i + 1) * h) // oh)
+        for j in range(ow):
+            c0, c1 = (j * w) // ow, -((-(j + 1) * w) // ow)
+            out[..., i, j] = x[..., r0:r1, c0:c1].mean(axis=(-2, -1))
+    return out
+
+
+# -- activations -------------------------------------------------------------------------------
+_GELU_SOURCE = "y = x * (T)0.5 * ((T)1 + erf(x * (T)0.70710678118654752440))"
+_gelu_kernel: Any = None
+
+
+def gelu(x: Any, approximate: str = "none") -> Any:
+    """GELU as one fused CUDA kernel (``erf``; or the tanh formula)."""
+    xp = _xp(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    if approximate == "tanh":
+        inner = xp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))
+        return 0.5 * x * (1 + inner)
+    if xp is np:
+        erf = np.frompyfunc(math.erf, 1, 1)(x * math.sqrt(0.5)).astype(x.dtype)
+        return x * 0.5 * (1 + erf)
+    global _gelu_kernel
+    if _gelu_kernel is None:
+        _gelu_kernel = xp.ElementwiseKernel("T x", "T y", _GELU_SOURCE, "eagerrt_gelu")
+    if x.dtype == np.float16:  # CUDA's erf has no half overload: compute in float32
+        return _gelu_kernel(x.astype(np.float32)).astype(np.float16)
+    return _gelu_kernel(x)
+
+
+# -- lookups ---------------------------------------------------------------------------------
+def embedding(indices: Any, weight: Any, padding_idx: int | None = None) -> Any:
+    """Rows of ``weight``; an index out of range is found on the device (no wait
+    for it here) and fails the result when the host reads it."""
+    xp = _xp(indices)
+    num = weight.shape[0]
+    if xp is np:
+        if indices.size and (indices.min() < 0 or indices.max() >= num):
+            raise IndexError(f"an embedding index is out of range for a table of {num} rows")
+        return np.take(weight, indices, axis=0)
+    if indices.size:
+        check_later(
+            ((indices < 0) | (indices >= num)).any(),
+            f"an embedding index is out of range for a table of {num} rows",
+        )
+    return xp.take(weight, xp.clip(indices, 0, num - 1), axis=0)
