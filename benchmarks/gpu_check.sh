@@ -60,19 +60,19 @@ fi
 export PYTHONPATH="$PWD/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
 step "tests/test_cuda.py"
-timeout 300 "$PY" -m pytest tests/test_cuda.py -m gpu -v -rA -s -p no:cacheprovider \
-    -W default -o addopts="" --timeout 240 >"$OUT/tests.txt" 2>&1
+timeout 110 "$PY" -m pytest tests/test_cuda.py -m gpu -v -rA -s -p no:cacheprovider \
+    -W default -o addopts="" --timeout 100 >"$OUT/tests.txt" 2>&1
 echo "pytest exit $?" | tee -a "$LOG"
 tail -n 25 "$OUT/tests.txt" | tee -a "$LOG"
 
 step "benchmarks/bench_cuda.py"
-timeout 240 "$PY" benchmarks/bench_cuda.py $QUICK --json "$OUT/bench_cuda.json" \
+timeout 60 "$PY" benchmarks/bench_cuda.py $QUICK --json "$OUT/bench_cuda.json" \
     >"$OUT/bench_cuda.txt" 2>&1
 echo "bench_cuda exit $?" | tee -a "$LOG"
 cat "$OUT/bench_cuda.txt" | tee -a "$LOG"
 
 step "benchmarks/models_cuda.py"
-timeout 400 "$PY" benchmarks/models_cuda.py $QUICK --out "$OUT/models.json" \
+timeout 160 "$PY" benchmarks/models_cuda.py $QUICK --out "$OUT/models.json" \
     >"$OUT/models.txt" 2>&1
 echo "models_cuda exit $?" | tee -a "$LOG"
 cat "$OUT/models.txt" | tee -a "$LOG"

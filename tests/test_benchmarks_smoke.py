@@ -110,6 +110,52 @@ def test_run_all_formats_and_saves(
         _check_result(result)
 
 
+#: benchmarks/models_cuda.py (a GPU benchmark, not in run_all) at its tiniest, on the
+#: thread-backed stream device and PyTorch's CPU: the same code paths minus CuPy.
+MODELS_CUDA_TINY: dict[str, Any] = {
+    "device": "teststream:0",
+    "torch_device": "cpu",
+    "batches": (1,),
+    "image": 32,
+    "length": 16,
+    "rounds": 1,
+    "reps": 1,
+}
+
+
+def test_models_cuda_runs_on_the_stream_test_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every model and contender is built, checked and timed; a contender that fails (here
+    MiniLM's eager one, made to) is a row naming its error, and the rest still runs."""
+    module = _import("models_cuda")
+    assert callable(module.main)
+    original = module._eagerrt_contenders
+
+    def one_failing(model: Any, compiled: Any, place: Any) -> Any:
+        contenders = original(model, compiled, place)
+        if type(model).__name__ == "MiniLM":
+
+            async def broken(x: Any) -> Any:
+                raise RuntimeError("injected failure")
+
+            contenders[0].run = broken
+        return contenders
+
+    monkeypatch.setattr(module, "_eagerrt_contenders", one_failing)
+    result = module.run(quick=True, **MODELS_CUDA_TINY)
+    _check_result(result)
+    targets, figures = result["targets"], result["figures"]
+    for name in ("eager", "compiled"):
+        assert targets[f"resnet50_b1_{name}_accuracy"]["passed"], figures
+    assert "resnet50_b1_compiled_vs_torch" in targets
+    assert figures["resnet50_b1_torch_max_abs_diff"] < 1e-3  # the default vs no TF32
+    assert targets["minilm_b1_compiled_accuracy"]["passed"]
+    assert "minilm_b1_compiled_vs_torch" in targets
+    assert "minilm_b1_eager_best_ms" not in figures
+    failed = [row["measure"] for row in result["rows"] if row["unit"] == "error"]
+    assert failed == ["MiniLM, batch 1, eagerrt eager: FAILED: RuntimeError: injected failure"]
+    assert result["errors"][0]["where"] == "MiniLM, batch 1, eagerrt eager"
+
+
 def _tiny_run(run: Any, sizes: dict[str, Any]) -> Any:
     def tiny(quick: bool = False) -> dict[str, Any]:
         return run(quick=quick, **sizes)

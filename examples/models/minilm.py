@@ -141,6 +141,10 @@ class MiniLM:
     >>> embedding = asyncio.run(model.run(ids, mask))
     >>> embedding.shape, round(float(np.linalg.norm(embedding)), 5)
     ((1, 8), 1.0)
+
+    ``device=`` places every weight on that device (the CPU by default); the token ids
+    and attention mask passed to ``model(...)`` must be there too (:meth:`run` and
+    :meth:`encode` put them there).
     """
 
     def __init__(
@@ -148,6 +152,8 @@ class MiniLM:
         config: MiniLMConfig,
         state: Mapping[str, np.ndarray],
         tokenizer: Any = None,
+        *,
+        device: str | ert.Device | None = None,
     ) -> None:
         state = ert.weights.rename(state, RENAMES)
         ert.weights.expect(state, config.shapes(), ignore=IGNORED)
@@ -162,9 +168,12 @@ class MiniLM:
             )
         self.config = config
         self.tokenizer = tokenizer
+        #: Where the weights are, and where the model's inputs must be.
+        self.device = ert.get_device(device)
 
         def w(name: str) -> ert.Tensor:
-            return ert.asarray(np.ascontiguousarray(state[name], dtype=np.float32))
+            array = np.ascontiguousarray(state[name], dtype=np.float32)
+            return ert.asarray(array, device=self.device)
 
         self.word_embeddings = w("embeddings.word_embeddings.weight")
         self.position_embeddings = w("embeddings.position_embeddings.weight")
@@ -177,10 +186,12 @@ class MiniLM:
             self.layers.append(
                 _Layer(
                     qkv_weight=ert.asarray(
-                        np.concatenate([state[f"{q}.weight"] for q in parts]).astype(np.float32)
+                        np.concatenate([state[f"{q}.weight"] for q in parts]).astype(np.float32),
+                        device=self.device,
                     ),
                     qkv_bias=ert.asarray(
-                        np.concatenate([state[f"{q}.bias"] for q in parts]).astype(np.float32)
+                        np.concatenate([state[f"{q}.bias"] for q in parts]).astype(np.float32),
+                        device=self.device,
                     ),
                     out_weight=w(f"{p}attention.output.dense.weight"),
                     out_bias=w(f"{p}attention.output.dense.bias"),
@@ -199,10 +210,13 @@ class MiniLM:
         self.compiled = ert.function(self.__call__, max_traces=64)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str]) -> MiniLM:
+    def from_pretrained(
+        cls, path: str | os.PathLike[str], *, device: str | ert.Device | None = None
+    ) -> MiniLM:
         """The model in a sentence-transformers directory: ``config.json``,
         ``model.safetensors``, ``tokenizer.json`` (loaded if the ``tokenizers`` package
-        is installed) and ``sentence_bert_config.json`` for the maximum length."""
+        is installed) and ``sentence_bert_config.json`` for the maximum length; its
+        weights placed on ``device``."""
         root = pathlib.Path(path)
         overrides = {}
         st_config = root / "sentence_bert_config.json"
@@ -220,7 +234,7 @@ class MiniLM:
                 tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
                 tokenizer.no_padding()  # encode() pads, to buckets when compiled
                 tokenizer.enable_truncation(max_length=config.max_seq_length)
-        return cls(config, state, tokenizer)
+        return cls(config, state, tokenizer, device=device)
 
     # -- the network ---------------------------------------------------------------------
     async def hidden_states(
@@ -268,7 +282,8 @@ class MiniLM:
 
     async def __call__(self, input_ids: Any, attention_mask: Any) -> ert.Tensor:
         """Sentence embeddings, (batch, hidden): the mean of the real tokens' states,
-        scaled to unit length (sentence-transformers' Pooling and Normalize)."""
+        scaled to unit length (sentence-transformers' Pooling and Normalize). The
+        inputs must be tensors on :attr:`device`."""
         states = await self.hidden_states(input_ids, attention_mask)
         weights = ert.expand_dims(ert.astype(attention_mask, states.dtype), axis=-1)
         summed = ert.sum(states * weights, axis=1)
@@ -279,9 +294,10 @@ class MiniLM:
 
     # -- from numpy and from text --------------------------------------------------------
     async def run(self, input_ids: Any, attention_mask: Any, *, compiled: bool = False) -> Any:
-        """Embeddings of one padded batch of token ids as a numpy array."""
-        ids = ert.asarray(np.asarray(input_ids, dtype=np.int64))
-        mask = ert.asarray(np.asarray(attention_mask, dtype=np.int64))
+        """Embeddings of one padded batch of token ids as a numpy array (the ids and mask
+        are placed on :attr:`device`)."""
+        ids = ert.asarray(np.asarray(input_ids, dtype=np.int64), device=self.device)
+        mask = ert.asarray(np.asarray(attention_mask, dtype=np.int64), device=self.device)
         call = self.compiled if compiled else self
         return await (await call(ids, mask))
 

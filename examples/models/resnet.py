@@ -81,8 +81,16 @@ class ConvBN:
 
     @classmethod
     def load(
-        cls, state: Mapping[str, np.ndarray], conv: str, bn: str, stride: int, fold: bool
+        cls,
+        state: Mapping[str, np.ndarray],
+        conv: str,
+        bn: str,
+        stride: int,
+        fold: bool,
+        device: str | ert.Device | None = None,
     ) -> ConvBN:
+        """The layer from ``state``'s ``{conv}.weight`` and ``{bn}.*`` arrays, its tensors
+        placed on ``device`` (the CPU by default)."""
         weight = np.asarray(state[f"{conv}.weight"], np.float32)
         mean, var, gamma, beta = (
             np.asarray(state[f"{bn}.{stat}"], np.float32)
@@ -90,13 +98,20 @@ class ConvBN:
         )
         padding = weight.shape[-1] // 2
         if not fold:
-            norm = tuple(ert.asarray(a) for a in (mean, var, gamma, beta))
-            return cls(ert.asarray(weight), None, stride, padding, norm)  # type: ignore[arg-type]
+            norm = tuple(ert.asarray(a, device=device) for a in (mean, var, gamma, beta))
+            unfolded = ert.asarray(weight, device=device)
+            return cls(unfolded, None, stride, padding, norm)  # type: ignore[arg-type]
         # In float64: y = (conv(x, w) - mean) * gamma / sqrt(var + eps) + beta.
         scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + BN_EPS)
         folded = (weight * scale[:, None, None, None]).astype(np.float32)
         bias = (beta - mean * scale).astype(np.float32)
-        return cls(ert.asarray(folded), ert.asarray(bias), stride, padding, None)
+        return cls(
+            ert.asarray(folded, device=device),
+            ert.asarray(bias, device=device),
+            stride,
+            padding,
+            None,
+        )
 
     def __call__(self, x: ert.Tensor) -> ert.Tensor:
         y = ert.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding)
@@ -151,14 +166,22 @@ class ResNet18:
         self.linear_bias = linear_bias
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any], *, fold_batch_norm: bool = True) -> ResNet18:
+    def from_state_dict(
+        cls,
+        state: Mapping[str, Any],
+        *,
+        fold_batch_norm: bool = True,
+        device: str | ert.Device | None = None,
+    ) -> ResNet18:
         """The model with PyTorch's ``ResNet18CIFAR.state_dict()`` weights (arrays by
-        PyTorch's names; ``num_batches_tracked`` is ignored). A name missing, unexpected
-        or of the wrong shape raises :class:`eagerrt.WeightsError` listing them all."""
+        PyTorch's names; ``num_batches_tracked`` is ignored), every weight placed on
+        ``device`` (the CPU by default; the images must be there too). A name missing,
+        unexpected or of the wrong shape raises :class:`eagerrt.WeightsError` listing
+        them all."""
         linear = state.get("linear.weight")
         classes = int(np.shape(linear)[0]) if linear is not None and np.ndim(linear) == 2 else 10
         ert.weights.expect(state, state_dict_shapes(classes), ignore=r"\.num_batches_tracked$")
-        stem = ConvBN.load(state, "conv1", "bn1", 1, fold_batch_norm)
+        stem = ConvBN.load(state, "conv1", "bn1", 1, fold_batch_norm, device)
         blocks, inputs = [], 64
         for stage, (out, stride) in enumerate(STAGES, start=1):
             for index in range(2):
@@ -167,12 +190,21 @@ class ResNet18:
                 shortcut = None
                 if index == 0 and (stride != 1 or inputs != out):
                     shortcut = ConvBN.load(
-                        state, f"{name}.shortcut.0", f"{name}.shortcut.1", step, fold_batch_norm
+                        state,
+                        f"{name}.shortcut.0",
+                        f"{name}.shortcut.1",
+                        step,
+                        fold_batch_norm,
+                        device,
                     )
                 blocks.append(
                     BasicBlock(
-                        ConvBN.load(state, f"{name}.conv1", f"{name}.bn1", step, fold_batch_norm),
-                        ConvBN.load(state, f"{name}.conv2", f"{name}.bn2", 1, fold_batch_norm),
+                        ConvBN.load(
+                            state, f"{name}.conv1", f"{name}.bn1", step, fold_batch_norm, device
+                        ),
+                        ConvBN.load(
+                            state, f"{name}.conv2", f"{name}.bn2", 1, fold_batch_norm, device
+                        ),
                         shortcut,
                     )
                 )
@@ -180,18 +212,23 @@ class ResNet18:
         return cls(
             stem,
             blocks,
-            ert.asarray(np.asarray(state["linear.weight"], np.float32)),
-            ert.asarray(np.asarray(state["linear.bias"], np.float32)),
+            ert.asarray(np.asarray(state["linear.weight"], np.float32), device=device),
+            ert.asarray(np.asarray(state["linear.bias"], np.float32), device=device),
         )
 
     @classmethod
     def from_safetensors(
-        cls, path: str | os.PathLike[str], *, fold_batch_norm: bool = True
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        fold_batch_norm: bool = True,
+        device: str | ert.Device | None = None,
     ) -> ResNet18:
         """The model with the weights of a safetensors file holding PyTorch's
-        ``state_dict`` names (read through :func:`eagerrt.weights.load_safetensors`)."""
+        ``state_dict`` names (read through :func:`eagerrt.weights.load_safetensors`),
+        placed on ``device``."""
         return cls.from_state_dict(
-            ert.weights.load_safetensors(path), fold_batch_norm=fold_batch_norm
+            ert.weights.load_safetensors(path), fold_batch_norm=fold_batch_norm, device=device
         )
 
     async def __call__(self, x: ert.Tensor) -> ert.Tensor:

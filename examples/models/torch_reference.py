@@ -81,6 +81,99 @@ def random_resnet18(seed: int = 0) -> ResNet18CIFAR:
     return model.eval()
 
 
+class Bottleneck(nn.Module):
+    """torchvision's ResNet-50 block: 1x1 reduce, 3x3 (with the stride), 1x1 expand (x4),
+    each with batch norm, plus the identity or ``downsample`` (1x1 conv + batch norm)."""
+
+    expansion = 4
+
+    def __init__(self, inputs: int, width: int, stride: int) -> None:
+        super().__init__()
+        outputs = width * self.expansion
+        self.conv1 = nn.Conv2d(inputs, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, outputs, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(outputs)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample: nn.Module | None = None
+        if stride != 1 or inputs != outputs:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.bn1(self.conv1(x)))
+        y = self.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return self.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet50(nn.Module):
+    """ResNet-50 for ImageNet with torchvision's layout and ``state_dict`` names
+    (``torchvision.models.resnet50``): a 7x7/2 stem, batch norm, ReLU, 3x3/2 max pool,
+    stages of [3, 4, 6, 3] bottleneck blocks, global average pool, ``fc`` (2048 -> classes).
+    For machines without torchvision; where it is installed, its model is the same."""
+
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        stages, inputs = [], 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            layer = [Bottleneck(inputs, width, stride)]
+            inputs = width * Bottleneck.expansion
+            layer += [Bottleneck(inputs, width, 1) for _ in range(blocks - 1)]
+            stages.append(nn.Sequential(*layer))
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(inputs, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def randomize_batch_norm(
+    model: nn.Module, seed: int = 0, image: int = 64, batch: int = 4
+) -> nn.Module:
+    """``model`` (a freshly initialized image classifier) with random batch-norm scales and
+    shifts and running statistics that are the real ones of random images, in eval mode.
+
+    Fresh running statistics (0/1) would leave batch norm untested, and made-up ones let
+    activations grow through a deep network until float32 rounding alone exceeds any
+    tolerance; statistics measured on (``batch``, 3, ``image``, ``image``) standard-normal
+    images keep every layer's output near unit scale, as a trained network's are.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    with torch.no_grad():
+        for module in norms:
+            module.weight.copy_(torch.rand(module.weight.shape, generator=generator) + 0.5)
+            module.bias.copy_((torch.rand(module.bias.shape, generator=generator) - 0.5) * 0.4)
+            module.reset_running_stats()
+            module.momentum = None  # a cumulative average: one batch sets the statistics
+        model.train()
+        x = torch.randn((batch, 3, image, image), generator=generator)
+        model(x)
+        for module in norms:
+            module.momentum = 0.1
+    return model.eval()
+
+
+def random_resnet50(seed: int = 0) -> ResNet50:
+    """A :class:`ResNet50` in eval mode with random weights (torch's default initialization,
+    seeded) and batch norm made nontrivial by :func:`randomize_batch_norm`."""
+    torch.manual_seed(seed)
+    model = ResNet50()
+    randomize_batch_norm(model, seed)
+    return model
+
+
 def numpy_state_dict(model: nn.Module) -> dict[str, np.ndarray]:
     """``model.state_dict()`` as numpy arrays, PyTorch's names kept."""
     return {name: value.detach().cpu().numpy().copy() for name, value in model.state_dict().items()}
