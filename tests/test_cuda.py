@@ -111,7 +111,7 @@ def test_await_gives_cupy_and_to_cpu_gives_numpy() -> None:
     native, host = asyncio.run(main())
     assert isinstance(native, cupy.ndarray)
     assert type(host) is np.ndarray
-    np.testing.assert_allclose(host, [9.0, 15.0, 21.0])
+    np.testing.assert_allclose(host, [8.0, 12.0, 16.0])
     np.testing.assert_allclose(cupy.asnumpy(native), host)
 
 

@@ -63,8 +63,12 @@ def checks_for(op: str, values: Any, left: list[tuple[Any, str]]) -> tuple[Check
     checks: tuple[Check, ...] = ()
     for v in values:
         handle = getattr(v, "handle", None)
-        if type(handle) is tuple:
-            checks += handle
+        if type(handle) is not tuple or handle is checks:
+            continue
+        if not checks:
+            checks = handle  # shared, not copied: most results have one source of checks
+        else:  # each check once: a residual connection joins two paths from one lookup
+            checks += tuple(c for c in handle if c not in checks)
     if left:
         site = user_line()
         checks += tuple(Check(flag, op, site, message) for flag, message in left)

@@ -25,6 +25,7 @@ import numpy as np
 
 from .._core.config import config
 from ..devices.device_checks import check_later
+from ._rules import as_float
 from .nn import (
     _adaptive_size,
     _affine,
@@ -328,11 +329,10 @@ _gelu_kernel: Any = None
 def gelu(x: Any, approximate: str = "none") -> Any:
     """GELU as one fused CUDA kernel (``erf``; or the tanh formula)."""
     xp = _xp(x)
-    if x.dtype.kind != "f":
-        x = x.astype(np.float64)
+    x = as_float(x)  # ints as numpy's exp would make them (int8: float16)
     if approximate == "tanh":
         inner = xp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))
-        return 0.5 * x * (1 + inner)
+        return (0.5 * x * (1 + inner)).astype(x.dtype, copy=False)
     if xp is np:
         erf = np.frompyfunc(math.erf, 1, 1)(x * math.sqrt(0.5)).astype(x.dtype)
         return x * 0.5 * (1 + erf)

@@ -103,9 +103,29 @@ def to_dtype(dtype: Any) -> np.dtype[Any]:
 NUMERIC_KINDS = frozenset("biufc")
 
 
+def foreign_array(x: Any) -> bool:
+    """Whether ``x`` is another library's array: a device's native array (CuPy's)
+    that a generic kernel is running on, through numpy's dispatch protocols."""
+    kind = type(x)
+    return (
+        kind is not np.ndarray
+        and not isinstance(x, np.generic)
+        and (hasattr(kind, "__cuda_array_interface__") or hasattr(kind, "__array_namespace__"))
+    )
+
+
+def as_array(value: Any, dtype: Any = None) -> Any:
+    """A generic kernel's result as an array (of ``dtype`` if given): numpy scalars
+    and Python values become numpy arrays; another library's array stays in that
+    library (converting it would copy it to the host)."""
+    if foreign_array(value):
+        return value if dtype is None or value.dtype == dtype else value.astype(dtype)
+    return np.asarray(value, dtype=dtype)
+
+
 def as_float(x: Any) -> Any:
     """A kernel's input in the float dtype numpy's ``exp`` would give it."""
-    return np.asarray(x, dtype=ufunc_dtype(np.exp, x))
+    return as_array(x, ufunc_dtype(np.exp, x))
 
 
 def normalize_axis(axis: Any, ndim: int) -> int:

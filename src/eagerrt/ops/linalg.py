@@ -24,7 +24,7 @@ import numpy as np
 from .._core.config import config
 from .._core.errors import ArgumentError, ShapeError
 from ..tensor import Tensor
-from ._rules import broadcast_shapes, normalize_axis, ufunc_dtype
+from ._rules import as_array, broadcast_shapes, normalize_axis, ufunc_dtype
 from .registry import GENERIC, define_op, exposes
 
 __all__ = ["einsum", "matmul", "matrix_transpose", "tensordot", "vecdot"]
@@ -225,7 +225,7 @@ _vecdot = define_op(
 def _vecdot_kernel(x1: Any, x2: Any, axis: int = -1) -> Any:
     # Counted from each operand's end, as the standard does.
     ax = _from_the_end(x1, x2, axis)
-    return np.asarray(np.vecdot(np.moveaxis(x1, ax, -1), np.moveaxis(x2, ax, -1)))
+    return as_array(np.vecdot(np.moveaxis(x1, ax, -1), np.moveaxis(x2, ax, -1)))
 
 
 @exposes(_vecdot)

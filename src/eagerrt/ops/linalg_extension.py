@@ -37,7 +37,7 @@ import numpy as np
 from .._core.config import config
 from .._core.errors import ArgumentError
 from ..tensor import Tensor
-from ._rules import broadcast_shapes, normalize_axes, to_dtype, ufunc_dtype
+from ._rules import as_array, broadcast_shapes, normalize_axes, to_dtype, ufunc_dtype
 from .linalg import contracted_axis, contracted_shape
 from .registry import GENERIC, Op, define_op, exposes
 
@@ -79,7 +79,7 @@ def _matrices(op: str, x: Any, *, square: bool = False) -> Tensor:
 
 def _as_float(x: Any) -> Any:
     """A kernel's input in the dtype the rule promised (ints become float64)."""
-    return np.asarray(x, dtype=_float_dtype(x.dtype))
+    return as_array(x, _float_dtype(x.dtype))
 
 
 # Measured against numpy.linalg at n = 8..128 on the reference machine: its
@@ -241,7 +241,7 @@ def _det_rule(x: Any) -> Meta:
 _det = _linalg_op(
     "det",
     _det_rule,
-    lambda x: np.asarray(np.linalg.det(_as_float(x))),
+    lambda x: as_array(np.linalg.det(_as_float(x))),
     _cubic_cost(2 / 3),
     doc="Determinants.",
 )
@@ -695,7 +695,7 @@ def _matrix_norm_kernel(x: Any, keepdims: bool = False, ord: Any = "fro") -> Any
         # numpy's max/min over an empty matrix fails; its norm is 0.
         shape = (*x.shape[:-2], 1, 1) if keepdims else x.shape[:-2]
         return np.zeros(shape, _real(x.dtype))
-    return np.asarray(np.linalg.matrix_norm(x, keepdims=bool(keepdims), ord=ord))
+    return as_array(np.linalg.matrix_norm(x, keepdims=bool(keepdims), ord=ord))
 
 
 def _matrix_norm_cost(
@@ -750,7 +750,7 @@ def _vector_norm_kernel(x: Any, axis: Any = None, keepdims: bool = False, ord: A
         zeros = np.zeros(shape, _real(x.dtype))
         return zeros if keepdims else np.squeeze(zeros, axis=axes)
     out = np.linalg.vector_norm(x, axis=axes, keepdims=bool(keepdims), ord=ord)
-    return np.asarray(out, dtype=_real(x.dtype))
+    return as_array(out, _real(x.dtype))
 
 
 _vector_norm = _linalg_op(
@@ -881,7 +881,7 @@ def _trace_rule(x: Any, offset: int = 0, dtype: Any = None) -> Meta:
 
 def _trace_kernel(x: Any, offset: int = 0, dtype: Any = None) -> Any:
     dt = None if dtype is None else to_dtype(dtype)
-    return np.asarray(np.trace(x, offset=int(offset), axis1=-2, axis2=-1, dtype=dt))
+    return as_array(np.trace(x, offset=int(offset), axis1=-2, axis2=-1, dtype=dt))
 
 
 _trace = _linalg_op("trace", _trace_rule, _trace_kernel, _copy_cost, doc="Sums of diagonals.")

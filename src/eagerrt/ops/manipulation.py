@@ -25,7 +25,14 @@ from .._core.async_value import READY
 from .._core.config import config
 from .._core.errors import ArgumentError, DTypeError, ShapeError, UsageError
 from ..tensor import Tensor
-from ._rules import broadcast_shapes, normalize_axes, normalize_axis, shape_tuple, to_dtype
+from ._rules import (
+    broadcast_shapes,
+    foreign_array,
+    normalize_axes,
+    normalize_axis,
+    shape_tuple,
+    to_dtype,
+)
 from .registry import GENERIC, call_error, define_op, elementwise_cost, exposes
 
 __all__ = [
@@ -381,7 +388,13 @@ def _repeat_rule(
 
 
 _repeat = define_op("repeat", _repeat_rule, operands=1, doc="Repeat each element.")
-_repeat.register_kernel(GENERIC, lambda x, repeats, axis=None: np.repeat(x, repeats, axis))
+
+
+@_repeat.kernel()
+def _repeat_kernel(x: Any, repeats: Any, axis: int | None = None) -> Any:
+    if foreign_array(x) and isinstance(repeats, np.ndarray):
+        repeats = repeats.tolist()  # CuPy takes one count or a list of them
+    return np.repeat(x, repeats, axis)
 
 
 def repeat(x: Any, repeats: int | Any, /, *, axis: int | None = None) -> Tensor:

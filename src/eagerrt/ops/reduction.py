@@ -28,7 +28,7 @@ import numpy as np
 from .._core.config import config
 from .._core.errors import ArgumentError, ShapeError, UsageError
 from ..tensor import Tensor
-from ._rules import normalize_axes, normalize_axis, to_dtype
+from ._rules import as_array, normalize_axes, normalize_axis, to_dtype
 from .registry import GENERIC, Op, call_error, define_op, exposes
 
 __all__ = [
@@ -159,7 +159,7 @@ def _reduction(
     )
 
     def run(x: Any, axis: Any = None, out: Any = None, **params: Any) -> Any:
-        return np.asarray(kernel(x, axis=axis, **params))
+        return as_array(kernel(x, axis=axis, **params))
 
     op.register_kernel(GENERIC, run)
     return op
@@ -479,7 +479,7 @@ def _arg_reduction(name: str, kernel: Callable[..., Any]) -> Op:
     )
     op.register_kernel(
         GENERIC,
-        lambda x, axis=None, out=None, keepdims=False: np.asarray(
+        lambda x, axis=None, out=None, keepdims=False: as_array(
             kernel(x, axis=axis, keepdims=keepdims)
         ),
     )

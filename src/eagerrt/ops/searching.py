@@ -22,7 +22,7 @@ import numpy as np
 from .._core.config import config
 from .._core.errors import ShapeError
 from ..tensor import Tensor
-from ._rules import normalize_axes
+from ._rules import as_array, foreign_array, normalize_axes
 from .creation import asarray
 from .registry import GENERIC, call_error, define_op
 
@@ -49,6 +49,8 @@ def _count_rule(
 
 def _count_kernel(x: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
     axes = normalize_axes(axis, np.ndim(x))
+    if foreign_array(x):  # CuPy's count_nonzero takes no keepdims
+        return (x != 0).sum(axis=axes, keepdims=keepdims, dtype=_INT64)
     # np.count_nonzero(axis=None) ignores keepdims and gives a Python int.
     counts = np.count_nonzero(x, axis=axes, keepdims=keepdims)
     return np.asarray(counts, dtype=_INT64)
@@ -135,7 +137,7 @@ _searchsorted = define_op(
 )
 _searchsorted.register_kernel(
     GENERIC,
-    lambda x1, x2, *sorter, side="left": np.asarray(
+    lambda x1, x2, *sorter, side="left": as_array(
         np.searchsorted(x1, x2, side=side, sorter=sorter[0] if sorter else None), dtype=_INT64
     ),
 )

@@ -14,13 +14,13 @@ in the standard and are refused.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from .._core.config import config
 from ..tensor import Tensor
-from ._rules import normalize_axis
+from ._rules import as_array, foreign_array, normalize_axis
 from .registry import GENERIC, define_op
 
 __all__ = ["argsort", "sort"]
@@ -60,24 +60,31 @@ def _sort_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x: Any, **static
     return config.op_overhead_ns + n * math.log2(length + 1) * config.ns_per_element
 
 
+def _kind(x: Any, stable: bool) -> Literal["stable"] | None:
+    """numpy's sort ``kind``: CuPy's sorts are always stable and take none."""
+    if foreign_array(x):
+        return None
+    return "stable" if stable else None
+
+
 def _argsort_kernel(
     x: Any, axis: int = -1, descending: bool = False, stable: bool = True
 ) -> np.ndarray:
     if not descending:
-        return np.asarray(np.argsort(x, axis=axis, kind="stable" if stable else None), dtype=_INT64)
+        return as_array(np.argsort(x, axis=axis, kind=_kind(x, stable)), _INT64)
     # Descending and still stable: sort the reversed data ascending (stably), then
     # reverse the order back. Equal elements end up in their original order, and
     # NaNs, last ascending, come first.
     n = np.shape(x)[axis]
-    order = np.argsort(np.flip(x, axis), axis=axis, kind="stable")
-    return np.asarray(n - 1 - np.flip(order, axis), dtype=_INT64)
+    order = np.argsort(np.flip(x, axis), axis=axis, kind=_kind(x, True))
+    return as_array(n - 1 - np.flip(order, axis), _INT64)
 
 
 def _sort_kernel(
     x: Any, axis: int = -1, descending: bool = False, stable: bool = True
 ) -> np.ndarray:
     if not descending:
-        return np.sort(x, axis=axis, kind="stable" if stable else None)
+        return np.sort(x, axis=axis, kind=_kind(x, stable))
     # Gather by the stable order: keeps -0.0 and 0.0 (equal) in their original order.
     return np.take_along_axis(x, _argsort_kernel(x, axis, descending=True), axis=axis)
 
