@@ -71,6 +71,11 @@ timeout 60 "$PY" benchmarks/bench_cuda.py $QUICK --json "$OUT/bench_cuda.json" \
 echo "bench_cuda exit $?" | tee -a "$LOG"
 cat "$OUT/bench_cuda.txt" | tee -a "$LOG"
 
+step "benchmarks/bench_cuda_conv.py"
+timeout 60 "$PY" benchmarks/bench_cuda_conv.py $QUICK >"$OUT/bench_cuda_conv.txt" 2>&1
+echo "bench_cuda_conv exit $?" | tee -a "$LOG"
+cat "$OUT/bench_cuda_conv.txt" | tee -a "$LOG"
+
 step "benchmarks/models_cuda.py"
 timeout 160 "$PY" benchmarks/models_cuda.py $QUICK --out "$OUT/models.json" \
     >"$OUT/models.txt" 2>&1

@@ -30,6 +30,7 @@ saying what to do. Not yet run on a GPU: see the README.
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -91,7 +92,14 @@ class CudaDevice(StreamDevice):
         super().__init__(f"cuda:{index}", compute_streams=compute_streams, completion=completion)
         self.index = index
         self._cp = cupy
-        self._device = cupy.cuda.Device(index)
+        # Made current around each call where another GPU could be current; with
+        # one GPU visible it always is, and entering it (a runtime call each way)
+        # would cost every launch a microsecond or two for nothing.
+        self._device: Any = (
+            cupy.cuda.Device(index)
+            if cupy.cuda.runtime.getDeviceCount() > 1
+            else contextlib.nullcontext()
+        )
         #: Ops whose kernel had to run on the host, by name (generic kernels
         #: that need numpy arrays): what a cuda kernel should be written for.
         self.host_fallbacks: collections.Counter[str] = collections.Counter()

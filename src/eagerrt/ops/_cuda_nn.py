@@ -106,18 +106,77 @@ def conv2d(
     x4 = x if x.ndim == 4 else x[None]
     cg, og = g.c // g.groups, g.o // g.groups
     taps = cg * g.kh * g.kw
-    with _tf32(xp, x.dtype):
-        if g.kh == g.kw == 1 and g.sh == g.sw == 1 and not (g.ph or g.pw) and g.groups == 1:
-            # (O, C) @ (N, C, HW): batched products, weight shared (stride 0 in cuBLAS).
-            out = xp.matmul(weight.reshape(g.o, g.c), x4.reshape(g.n, g.c, g.h * g.w))
+    if g.groups == 1:
+        if g.kh == g.kw == 1 and g.sh == g.sw == 1 and not (g.ph or g.pw):
+            cols = x4.reshape(g.n, g.c, g.h * g.w)  # a 1x1 stride-1 convolution: the images
         else:
-            cols = _im2col(xp, x4, g)  # (N, groups, taps, pixels)
-            wmat = weight.reshape(g.groups, og, taps)
-            out = xp.matmul(wmat, cols)  # (N, groups, og, pixels)
+            cols = _im2col(xp, x4, g).reshape(g.n, taps, g.ho * g.wo)
+        out = _shared_weight_products(xp, weight.reshape(g.o, taps), cols)
+    else:
+        with _tf32(xp, x.dtype):
+            out = xp.matmul(weight.reshape(g.groups, og, taps), _im2col(xp, x4, g))
     out = out.reshape(g.n, g.o, g.ho, g.wo)
     if bias is not None:
         out += bias.reshape(-1, 1, 1)
     return out if x.ndim == 4 else out[0]
+
+
+def _shared_weight_products(xp: Any, weight: Any, cols: Any) -> Any:
+    """``out[n] = weight @ cols[n]`` for an (O, K) weight and (N, K, P) columns.
+
+    On the GPU, one strided-batched cuBLAS call whose weight stride is 0:
+    CuPy's ``matmul`` would broadcast the weight through an array of pointers
+    (a batched call that takes no TF32) or copy it per image.
+    """
+    if xp is np or cols.dtype not in _GEMM_TYPES or weight.dtype != cols.dtype:
+        with _tf32(xp, cols.dtype):
+            return xp.matmul(weight, cols)
+    from cupy.cuda import device
+    from cupy_backends.cuda.libs import cublas
+
+    n, k, p = cols.shape
+    o = weight.shape[0]
+    weight, cols = xp.ascontiguousarray(weight), xp.ascontiguousarray(cols)
+    out = xp.empty((n, o, p), cols.dtype)
+    data, compute_name, scalar = _GEMM_TYPES[cols.dtype]
+    if cols.dtype == np.float32 and config.cuda_tf32:
+        compute_name = "CUBLAS_COMPUTE_32F_FAST_TF32"
+    one, zero = np.ones((), scalar), np.zeros((), scalar)
+    # cuBLAS is column-major: out[n]^T (P x O) = cols[n]^T (P x K) @ weight^T (K x O).
+    cublas.gemmStridedBatchedEx(
+        device.get_cublas_handle(),
+        0,  # no transposes: each row-major matrix is its transpose, column-major
+        0,
+        p,
+        o,
+        k,
+        one.ctypes.data,
+        cols.data.ptr,
+        data,
+        p,
+        k * p,
+        weight.data.ptr,
+        data,
+        k,
+        0,  # every image reads the same weight
+        zero.ctypes.data,
+        out.data.ptr,
+        data,
+        p,
+        o * p,
+        n,
+        getattr(cublas, compute_name),
+        cublas.CUBLAS_GEMM_DEFAULT,
+    )
+    return out
+
+
+#: cuBLAS's data type (cudaDataType: CUDA_R_32F, CUDA_R_64F), compute type and
+#: scalar type for the products :func:`_shared_weight_products` makes itself.
+_GEMM_TYPES: dict[Any, tuple[int, str, Any]] = {
+    np.dtype(np.float32): (0, "CUBLAS_COMPUTE_32F", np.float32),
+    np.dtype(np.float64): (1, "CUBLAS_COMPUTE_64F", np.float64),
+}
 
 
 def _im2col(xp: Any, x4: Any, g: Any) -> Any:
