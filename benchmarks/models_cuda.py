@@ -504,8 +504,11 @@ def _check_outputs(
         versus = LABELS[model.reference]
         log(f"{where}: max |output - {versus}| = {diff:.3g} (limit {TOLERANCE:g})")
         add_row(result, f"{where}: max abs diff vs {versus} (x 1e-6)", diff * 1e6, "e-6")
-        if name.startswith("torch"):
-            continue  # PyTorch's TF32 convolutions vs its float32 ones: a figure to read
+        if name.startswith("torch") or name.endswith("tf32"):
+            # TF32 products (PyTorch's default convolutions, eagerrt's with
+            # config.cuda_tf32) round to 10-bit mantissas: through 50 layers of
+            # random weights that is ~0.1 from float32, for both; a figure to read.
+            continue
         passed = add_target(
             result,
             f"{key}_{name}_accuracy",

@@ -80,6 +80,18 @@ def test_nn_ops_run_on_the_gpu_and_match_the_cpu(case: str) -> None:
     np.testing.assert_allclose(got, NN_CASES[case]("cpu").numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("case", sorted(NN_CASES))
+def test_nn_ops_are_captured_in_cuda_graphs(case: str) -> None:
+    inputs = {"x": _t(DEV, 3)}  # the plans' one input; each case makes its own operands
+    f = ert.function(lambda x: NN_CASES[case](DEV) + x.sum())
+    want = NN_CASES[case]("cpu").numpy() + float(inputs["x"].sum())
+    for _ in range(3):  # plain, captured, replayed
+        got = f(inputs["x"]).to("cpu").numpy()
+    plan = f.compiled_for(inputs["x"]).plan
+    assert plan.captured, f"not captured: {plan.runner.capture_error!r}"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_an_embedding_index_out_of_range_fails_on_read_naming_the_op() -> None:
     table = _t(DEV, 4, 5)
     rows = ert.embedding(ert.asarray(np.array([1, 7]), device=DEV), table)

@@ -151,3 +151,15 @@ def test_tf32_setting_leaves_numpy_alone() -> None:
     x, w = _normal(1, 3, 6, 6), _normal(2, 3, 3, 3)
     with ert.config.override(cuda_tf32=True):
         _close(_cuda_nn.conv2d(x, w), ert.conv2d(x, w).numpy(), 1e-4)
+
+
+@pytest.mark.parametrize("order", [2, 1, np.inf, -np.inf, 0, 3, -1.5])
+@pytest.mark.parametrize("axes", [(1,), (0, 2)])
+def test_vector_norm_by_parts(order: float, axes: tuple[int, ...]) -> None:
+    """The cuda device's vector_norm (CuPy has none): numpy's definition in
+    elementwise ops and reductions."""
+    from eagerrt.ops.linalg_extension import _vector_norm_by_parts
+
+    x = _normal(3, 4, 5, dtype="float64")
+    expected = np.linalg.vector_norm(x, axis=axes, keepdims=True, ord=order)
+    _close(_vector_norm_by_parts(x, axes, True, order), expected, 1e-12)

@@ -64,7 +64,9 @@ class HostPlanDevice(StreamDevice):
             op.name, values, take_checks()
         )
 
-    def plan_runner(self, run: Callable[[list[Any]], Any]) -> Callable[[Any, list[Any]], Any]:
+    def plan_runner(
+        self, run: Callable[[list[Any]], Any], inputs: int
+    ) -> Callable[[Any, list[Any]], Any]:
         def runner(stream: Any, natives: list[Any]) -> tuple[list[Any], list[Any]]:
             self.plans_run += 1
             return run(natives), take_checks()

@@ -153,7 +153,8 @@ class CudaDevice(StreamDevice):
         """``kernel(*args, **static)`` on native operands, on the current stream:
         a CuPy array; a generic kernel refusing CuPy arrays runs on the host
         (counted in ``host_fallbacks``); running out of memory raises
-        :class:`DeviceMemoryError`."""
+        :class:`DeviceMemoryError`. While a CUDA graph is being captured, a
+        kernel's failure is the capture's (the host can't take part in a graph)."""
         cp = self._cp
         try:
             out = kernel(*args, **static)
@@ -161,8 +162,12 @@ class CudaDevice(StreamDevice):
             raise DeviceMemoryError(f"{self.name} is out of memory: {exc}") from exc
         except MemoryError:
             raise
-        except Exception:
+        except Exception as exc:
             take_checks()  # the kernel's own, if it left any: the host run checks again
+            if cp.cuda.get_current_stream().is_capturing():
+                raise RuntimeError(
+                    f"{op.name} can't be captured in a CUDA graph: {type(exc).__name__}: {exc}"
+                ) from exc
             out = self._on_host(op, list(args), static)
         if type(out) is not cp.ndarray:
             out = cp.asarray(out)
@@ -178,8 +183,8 @@ class CudaDevice(StreamDevice):
     #: Compiled plans capture their kernels into CUDA graphs (see cuda_graphs).
     capture_plans = True
 
-    def plan_runner(self, run: Callable[[list[Any]], Any]) -> CapturedPlan:
-        return CapturedPlan(self._cp, run, capture=self.capture_plans)
+    def plan_runner(self, run: Callable[[list[Any]], Any], inputs: int) -> CapturedPlan:
+        return CapturedPlan(self._cp, run, inputs, capture=self.capture_plans)
 
     def _launch_plan(
         self,

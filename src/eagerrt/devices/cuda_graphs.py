@@ -11,7 +11,9 @@ launch, the way PyTorch's CUDA graphs and TFRT's GPU executables do.
 1. the first call runs the kernels plainly (CuPy compiles and caches its kernels,
    cuBLAS picks its algorithms: nothing of that may happen during a capture);
 2. the second call copies its inputs into buffers of the plan's own, and
-   captures the kernels on the stream into a graph. Everything they allocate
+   captures the kernels on the stream into a graph (the constants, weights,
+   are read where they are: a weight replaced since, by a write, makes the
+   plan capture again). Everything they allocate
    comes from a memory pool of the plan's own, kept with the graph: the graph
    reads and writes those addresses on every replay, so no other work may be
    given that memory;
@@ -40,9 +42,10 @@ class CapturedPlan:
     """See the module docstring. ``__call__(stream, natives)`` runs on
     ``stream`` (the current CuPy stream) and returns ``(results, checks)``."""
 
-    def __init__(self, cupy: Any, run: Run, *, capture: bool = True) -> None:
+    def __init__(self, cupy: Any, run: Run, inputs: int, *, capture: bool = True) -> None:
         self._cp = cupy
         self._run = run
+        self._input_count = inputs
         self._capture_wanted = capture
         self.calls = 0
         #: Why the capture failed (the plan then runs plainly), or None.
@@ -50,6 +53,8 @@ class CapturedPlan:
         self._graph: Any = None
         self._pool: Any = None
         self._inputs: list[Any] = []
+        #: The constants (weights) the graph was captured reading.
+        self._constants: list[Any] = []
         self._outputs: list[Any] = []
         self._checks: list[tuple[Any, str]] = []
 
@@ -71,7 +76,15 @@ class CapturedPlan:
                 take_checks()
                 return self._plain(natives)
         else:
-            for buffer, x in zip(self._inputs, natives, strict=True):
+            count = self._input_count
+            if any(a is not b for a, b in zip(natives[count:], self._constants, strict=True)):
+                # A weight was replaced (written to) since the capture: the
+                # graph reads the old one. Capture again on the next call.
+                self._graph = self._pool = None
+                self._constants = []
+                self.calls = 1
+                return self._plain(natives)
+            for buffer, x in zip(self._inputs, natives[:count], strict=True):
                 buffer[...] = x
         self._graph.launch(stream)
         outputs = [o.copy() for o in self._outputs]
@@ -85,19 +98,23 @@ class CapturedPlan:
     def _capture(self, stream: Any, natives: list[Any]) -> None:
         cp = self._cp
         pool = cp.cuda.MemoryPool()
+        count = self._input_count
         with cp.cuda.using_allocator(pool.malloc):
-            inputs = [x.copy() for x in natives]
+            # The inputs change from call to call: the graph reads copies of
+            # its own. The constants are read where they are.
+            inputs = [x.copy() for x in natives[:count]]
             mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", None)
             if mode is None:
                 stream.begin_capture()
             else:
                 stream.begin_capture(mode)
             try:
-                outputs = self._run(inputs)
+                outputs = self._run(inputs + natives[count:])
                 checks = take_checks()
             except BaseException:
                 stream.end_capture()  # the half-made graph is dropped
                 raise
             graph = stream.end_capture()
         self._pool, self._inputs, self._graph = pool, inputs, graph
+        self._constants = natives[count:]
         self._outputs, self._checks = outputs, checks

@@ -453,9 +453,14 @@ class StreamDevice(Device):
     #: (graph mode then enqueues a plan as one unit: :meth:`enqueue_plan`).
     runs_native_plans = False
 
-    def plan_runner(self, run: Callable[[list[Any]], Any]) -> Callable[[Any, list[Any]], Any]:
+    def plan_runner(
+        self, run: Callable[[list[Any]], Any], inputs: int
+    ) -> Callable[[Any, list[Any]], Any]:
         """How a compiled plan runs here: a callable ``(stream, natives)`` around
-        ``run(natives) -> (result natives, checks)``, which calls the plan's kernels."""
+        ``run(natives) -> result natives``, which calls the plan's kernels; it
+        returns ``(result natives, checks left)``. The first ``inputs`` natives
+        are the call's inputs, the rest the plan's constants (the same arrays
+        on every call while the plan's weights are unchanged)."""
         raise NotImplementedError
 
     def enqueue_plan(

@@ -98,19 +98,23 @@ def conv2d(
     dilation: Any = 1,
     groups: int = 1,
 ) -> Any:
-    """conv2d as one product per group: a 1x1 stride-1 convolution multiplies
-    the images as they are; any other gathers its input columns once (im2col,
-    a strided view of the padded input copied in one pass)."""
+    """conv2d as cuBLAS products sharing the weight across the batch: a 1x1
+    stride-1 convolution multiplies the images as they are; another stride-1
+    one sums one product per tap over shifted windows of the padded images
+    (:func:`_shifted_products`); a strided one gathers its input columns once
+    (im2col, a strided view of the padded input copied in one pass)."""
     xp = _xp(x)
     g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
     x4 = x if x.ndim == 4 else x[None]
     cg, og = g.c // g.groups, g.o // g.groups
     taps = cg * g.kh * g.kw
-    if g.groups == 1:
-        if g.kh == g.kw == 1 and g.sh == g.sw == 1 and not (g.ph or g.pw):
-            cols = x4.reshape(g.n, g.c, g.h * g.w)  # a 1x1 stride-1 convolution: the images
-        else:
-            cols = _im2col(xp, x4, g).reshape(g.n, taps, g.ho * g.wo)
+    if g.groups == 1 and g.kh == g.kw == 1 and g.sh == g.sw == 1 and not (g.ph or g.pw):
+        cols = x4.reshape(g.n, g.c, g.h * g.w)  # a 1x1 stride-1 convolution: the images
+        out = _shared_weight_products(xp, weight.reshape(g.o, taps), cols)
+    elif g.groups == 1 and g.sh == g.sw == 1:
+        out = _shifted_products(xp, x4, weight, g)
+    elif g.groups == 1:
+        cols = _im2col(xp, x4, g).reshape(g.n, taps, g.ho * g.wo)
         out = _shared_weight_products(xp, weight.reshape(g.o, taps), cols)
     else:
         with _tf32(xp, x.dtype):
@@ -131,44 +135,104 @@ def _shared_weight_products(xp: Any, weight: Any, cols: Any) -> Any:
     if xp is np or cols.dtype not in _GEMM_TYPES or weight.dtype != cols.dtype:
         with _tf32(xp, cols.dtype):
             return xp.matmul(weight, cols)
+    n, k, p = cols.shape
+    weight, cols = xp.ascontiguousarray(weight), xp.ascontiguousarray(cols)
+    out = xp.empty((n, weight.shape[0], p), cols.dtype)
+    _products_into(out, p, weight, cols, 0, p, k, accumulate=False)
+    return out
+
+
+def _products_into(
+    out: Any,
+    ldc: int,
+    weight: Any,
+    source: Any,
+    offset: int,
+    lda: int,
+    length: int,
+    *,
+    accumulate: bool,
+) -> None:
+    """cuBLAS: for each image n, ``out[n][:, :length] (+)= weight @ S_n``, where
+    S_n is the (K, length) matrix of ``source[n]`` starting ``offset`` elements
+    in, its rows ``lda`` apart (a plain matrix, or a window of a padded image).
+
+    ``out`` is (N, O, ldc) and ``weight`` (O, K), both C-contiguous, ``source``
+    C-contiguous (N, ...). cuBLAS is column-major: each product is computed as
+    its transpose, out[n]^T (length x O) = S_n^T (length x K) @ weight^T (K x O),
+    whose operands are these same memory read column-major.
+    """
     from cupy.cuda import device
     from cupy_backends.cuda.libs import cublas
 
-    n, k, p = cols.shape
-    o = weight.shape[0]
-    weight, cols = xp.ascontiguousarray(weight), xp.ascontiguousarray(cols)
-    out = xp.empty((n, o, p), cols.dtype)
-    data, compute_name, scalar = _GEMM_TYPES[cols.dtype]
-    if cols.dtype == np.float32 and config.cuda_tf32:
+    n, o = out.shape[:2]
+    k = weight.shape[1]
+    data, compute_name, scalar = _GEMM_TYPES[out.dtype]
+    if out.dtype == np.float32 and config.cuda_tf32:
         compute_name = "CUBLAS_COMPUTE_32F_FAST_TF32"
-    one, zero = np.ones((), scalar), np.zeros((), scalar)
-    # cuBLAS is column-major: out[n]^T (P x O) = cols[n]^T (P x K) @ weight^T (K x O).
+    alpha, beta = np.ones((), scalar), np.asarray(1 if accumulate else 0, scalar)
     cublas.gemmStridedBatchedEx(
         device.get_cublas_handle(),
         0,  # no transposes: each row-major matrix is its transpose, column-major
         0,
-        p,
+        length,
         o,
         k,
-        one.ctypes.data,
-        cols.data.ptr,
+        alpha.ctypes.data,
+        source.data.ptr + offset * source.itemsize,
         data,
-        p,
-        k * p,
+        lda,
+        source.size // n,
         weight.data.ptr,
         data,
         k,
         0,  # every image reads the same weight
-        zero.ctypes.data,
+        beta.ctypes.data,
         out.data.ptr,
         data,
-        p,
-        o * p,
+        ldc,
+        o * ldc,
         n,
         getattr(cublas, compute_name),
         cublas.CUBLAS_GEMM_DEFAULT,
     )
-    return out
+
+
+def _shifted_products(xp: Any, x4: Any, weight: Any, g: Any) -> Any:
+    """A stride-1 convolution without im2col: one product per tap, each reading
+    the padded image shifted by that tap (a window of its rows, no copy),
+    accumulated into an output laid on the padded grid, whose valid columns are
+    copied out at the end. (N, O, Ho, Wo)."""
+    padded = _padded(xp, x4, g)
+    hp, wp = padded.shape[-2:]
+    length = (g.ho - 1) * wp + g.wo  # from the first output pixel to the last, on the grid
+    grid = xp.empty((g.n, g.o, g.ho * wp), x4.dtype)
+    per_tap = xp.ascontiguousarray(weight.transpose(2, 3, 0, 1))  # (kh, kw, O, C)
+    gpu = xp is not np and x4.dtype in _GEMM_TYPES and weight.dtype == x4.dtype
+    flat = padded.reshape(g.n, g.c, hp * wp)
+    for i in range(g.kh):
+        for j in range(g.kw):
+            offset = i * g.dh * wp + j * g.dw
+            first = i == 0 and j == 0
+            if gpu:
+                _products_into(
+                    grid,
+                    g.ho * wp,
+                    per_tap[i, j],
+                    padded,
+                    offset,
+                    hp * wp,
+                    length,
+                    accumulate=not first,
+                )
+                continue
+            product = xp.matmul(per_tap[i, j], flat[:, :, offset : offset + length])
+            if first:
+                grid[:, :, :length] = product
+            else:
+                grid[:, :, :length] += product
+    rows = grid.reshape(g.n, g.o, g.ho, wp)[..., : g.wo]
+    return xp.ascontiguousarray(rows)
 
 
 #: cuBLAS's data type (cudaDataType: CUDA_R_32F, CUDA_R_64F), compute type and
@@ -179,17 +243,24 @@ _GEMM_TYPES: dict[Any, tuple[int, str, Any]] = {
 }
 
 
-def _im2col(xp: Any, x4: Any, g: Any) -> Any:
-    """(N, groups, C/groups * kh * kw, Ho * Wo): each output pixel's taps, zeros
-    in the padding."""
+def _padded(xp: Any, x4: Any, g: Any) -> Any:
+    """The (N, C, H, W) input padded as the convolution reads it (C-contiguous;
+    as is where there is no padding): exactly the rows and columns its windows
+    reach."""
     need_h = (g.ho - 1) * g.sh + g.dh * (g.kh - 1) + 1
     need_w = (g.wo - 1) * g.sw + g.dw * (g.kw - 1) + 1
     bottom, right = max(0, need_h - g.h - g.ph), max(0, need_w - g.w - g.pw)
-    if g.ph or g.pw or bottom or right:
-        padded = xp.zeros((g.n, g.c, g.h + g.ph + bottom, g.w + g.pw + right), x4.dtype)
-        padded[:, :, g.ph : g.ph + g.h, g.pw : g.pw + g.w] = x4
-    else:
-        padded = xp.ascontiguousarray(x4)
+    if not (g.ph or g.pw or bottom or right):
+        return xp.ascontiguousarray(x4)
+    padded = xp.zeros((g.n, g.c, g.h + g.ph + bottom, g.w + g.pw + right), x4.dtype)
+    padded[:, :, g.ph : g.ph + g.h, g.pw : g.pw + g.w] = x4
+    return padded
+
+
+def _im2col(xp: Any, x4: Any, g: Any) -> Any:
+    """(N, groups, C/groups * kh * kw, Ho * Wo): each output pixel's taps, zeros
+    in the padding."""
+    padded = _padded(xp, x4, g)
     s0, s1, s2, s3 = padded.strides
     windows = xp.lib.stride_tricks.as_strided(
         padded,

@@ -37,7 +37,14 @@ import numpy as np
 from .._core.config import config
 from .._core.errors import ArgumentError
 from ..tensor import Tensor
-from ._rules import as_array, broadcast_shapes, normalize_axes, to_dtype, ufunc_dtype
+from ._rules import (
+    as_array,
+    broadcast_shapes,
+    foreign_array,
+    normalize_axes,
+    to_dtype,
+    ufunc_dtype,
+)
 from .linalg import contracted_axis, contracted_shape
 from .registry import GENERIC, Op, define_op, exposes
 
@@ -749,8 +756,28 @@ def _vector_norm_kernel(x: Any, axis: Any = None, keepdims: bool = False, ord: A
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
         zeros = np.zeros(shape, _real(x.dtype))
         return zeros if keepdims else np.squeeze(zeros, axis=axes)
-    out = np.linalg.vector_norm(x, axis=axes, keepdims=bool(keepdims), ord=ord)
+    if foreign_array(x):  # CuPy has no vector_norm: numpy's definition in its ops
+        out = _vector_norm_by_parts(x, axes, bool(keepdims), ord)
+    else:
+        out = np.linalg.vector_norm(x, axis=axes, keepdims=bool(keepdims), ord=ord)
     return as_array(out, _real(x.dtype))
+
+
+def _vector_norm_by_parts(x: Any, axes: tuple[int, ...], keepdims: bool, ord: Any) -> Any:
+    """``vector_norm`` from elementwise ops and reductions that dispatch to the
+    array's own library."""
+    size = np.abs(x)
+    if ord == 2:
+        return np.sqrt(np.sum(size * size, axis=axes, keepdims=keepdims))
+    if ord == 1:
+        return np.sum(size, axis=axes, keepdims=keepdims)
+    if ord == math.inf:
+        return np.max(size, axis=axes, keepdims=keepdims)
+    if ord == -math.inf:
+        return np.min(size, axis=axes, keepdims=keepdims)
+    if ord == 0:
+        return np.sum(size != 0, axis=axes, keepdims=keepdims).astype(size.dtype)
+    return np.sum(size**ord, axis=axes, keepdims=keepdims) ** (1.0 / ord)
 
 
 _vector_norm = _linalg_op(
