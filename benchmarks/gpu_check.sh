@@ -60,25 +60,25 @@ fi
 export PYTHONPATH="$PWD/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
 step "tests/test_cuda.py"
-timeout 110 "$PY" -m pytest tests/test_cuda.py -m gpu -v -rA -s -p no:cacheprovider \
-    -W default -o addopts="" --timeout 100 >"$OUT/tests.txt" 2>&1
+timeout 90 "$PY" -m pytest tests/test_cuda.py -m gpu -v -rA -s -p no:cacheprovider \
+    -W default -o addopts="" --timeout 80 >"$OUT/tests.txt" 2>&1
 echo "pytest exit $?" | tee -a "$LOG"
 tail -n 25 "$OUT/tests.txt" | tee -a "$LOG"
 
+step "benchmarks/models_cuda.py"
+timeout 120 "$PY" benchmarks/models_cuda.py $QUICK --out "$OUT/models.json" \
+    >"$OUT/models.txt" 2>&1
+echo "models_cuda exit $?" | tee -a "$LOG"
+cat "$OUT/models.txt" | tee -a "$LOG"
 step "benchmarks/bench_cuda.py"
-timeout 60 "$PY" benchmarks/bench_cuda.py $QUICK --json "$OUT/bench_cuda.json" \
+timeout 50 "$PY" benchmarks/bench_cuda.py $QUICK --json "$OUT/bench_cuda.json" \
     >"$OUT/bench_cuda.txt" 2>&1
 echo "bench_cuda exit $?" | tee -a "$LOG"
 cat "$OUT/bench_cuda.txt" | tee -a "$LOG"
 
 step "benchmarks/bench_cuda_conv.py"
-timeout 60 "$PY" benchmarks/bench_cuda_conv.py $QUICK >"$OUT/bench_cuda_conv.txt" 2>&1
+timeout 30 "$PY" benchmarks/bench_cuda_conv.py $QUICK >"$OUT/bench_cuda_conv.txt" 2>&1
 echo "bench_cuda_conv exit $?" | tee -a "$LOG"
 cat "$OUT/bench_cuda_conv.txt" | tee -a "$LOG"
 
-step "benchmarks/models_cuda.py"
-timeout 160 "$PY" benchmarks/models_cuda.py $QUICK --out "$OUT/models.json" \
-    >"$OUT/models.txt" 2>&1
-echo "models_cuda exit $?" | tee -a "$LOG"
-cat "$OUT/models.txt" | tee -a "$LOG"
 step "done"

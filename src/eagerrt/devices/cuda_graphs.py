@@ -27,7 +27,8 @@ host) runs its kernels plainly from then on; ``capture_error`` says why.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .device_checks import take_checks
@@ -92,14 +93,27 @@ class CapturedPlan:
         return outputs, checks
 
     def _plain(self, natives: list[Any]) -> tuple[list[Any], list[Any]]:
-        outputs = self._run(natives)
+        if self._graph is None and self.capture_error is None and self._capture_wanted:
+            with self._without_cub():  # the warm-up: the kernels the capture will use
+                outputs = self._run(natives)
+        else:
+            outputs = self._run(natives)
         return outputs, take_checks()
+
+    def _without_cub(self) -> contextlib.AbstractContextManager[None]:
+        """CuPy's reductions by its own kernels, not CUB's, inside the block: plain
+        kernels are what a capture records best, and the warm-up must compile the
+        same ones the capture launches (CuPy's setting is global: restored after)."""
+        core = getattr(self._cp, "_core", None)
+        if core is None or not hasattr(core, "set_reduction_accelerators"):
+            return contextlib.nullcontext()
+        return _accelerators_off(core)
 
     def _capture(self, stream: Any, natives: list[Any]) -> None:
         cp = self._cp
         pool = cp.cuda.MemoryPool()
         count = self._input_count
-        with cp.cuda.using_allocator(pool.malloc):
+        with cp.cuda.using_allocator(pool.malloc), self._without_cub():
             # The inputs change from call to call: the graph reads copies of
             # its own. The constants are read where they are.
             inputs = [x.copy() for x in natives[:count]]
@@ -112,9 +126,22 @@ class CapturedPlan:
                 outputs = self._run(inputs + natives[count:])
                 checks = take_checks()
             except BaseException:
-                stream.end_capture()  # the half-made graph is dropped
+                with contextlib.suppress(Exception):  # an invalidated capture may refuse
+                    stream.end_capture()  # the half-made graph is dropped
                 raise
             graph = stream.end_capture()
         self._pool, self._inputs, self._graph = pool, inputs, graph
         self._constants = natives[count:]
         self._outputs, self._checks = outputs, checks
+
+
+@contextlib.contextmanager
+def _accelerators_off(core: Any) -> Iterator[None]:
+    reductions, routines = core.get_reduction_accelerators(), core.get_routine_accelerators()
+    core.set_reduction_accelerators([])
+    core.set_routine_accelerators([])
+    try:
+        yield
+    finally:
+        core.set_reduction_accelerators(reductions)
+        core.set_routine_accelerators(routines)

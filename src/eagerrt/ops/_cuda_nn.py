@@ -25,6 +25,7 @@ import numpy as np
 
 from .._core.config import config
 from ..devices.device_checks import check_later
+from . import _cuda_gemm
 from ._rules import as_float
 from .nn import (
     _adaptive_size,
@@ -78,11 +79,17 @@ def _tf32(xp: Any, dtype: np.dtype[Any]) -> Iterator[None]:
 # -- products ---------------------------------------------------------------------------
 def linear(x: Any, weight: Any, bias: Any = None) -> Any:
     """``x @ weight.T + bias``: one cuBLAS product over all leading dimensions
-    (the transposed weight is a view cuBLAS reads as is)."""
+    (cuBLAS reads the (out, in) weight transposed where it lies)."""
     xp = _xp(x)
     k = x.shape[-1]
-    rows = x.reshape(-1, k) if x.ndim != 2 else x
-    out = xp.matmul(rows, weight.T)
+    rows = xp.ascontiguousarray(x.reshape(-1, k) if x.ndim != 2 else x)
+    if _cuda_gemm.supported(rows, weight):
+        m, n = rows.shape[0], weight.shape[0]
+        out = xp.empty((1, m, n), rows.dtype)
+        weight = xp.ascontiguousarray(weight)
+        _cuda_gemm.matmul_into(out, rows[None], weight[None], m=m, n=n, k=k, b_transposed=True)
+    else:
+        out = xp.matmul(rows, weight.T)
     if bias is not None:
         out += bias
     return out.reshape(*x.shape[:-1], weight.shape[0])
@@ -111,7 +118,7 @@ def conv2d(
     if g.groups == 1 and g.kh == g.kw == 1 and g.sh == g.sw == 1 and not (g.ph or g.pw):
         cols = x4.reshape(g.n, g.c, g.h * g.w)  # a 1x1 stride-1 convolution: the images
         out = _shared_weight_products(xp, weight.reshape(g.o, taps), cols)
-    elif g.groups == 1 and g.sh == g.sw == 1:
+    elif g.groups == 1 and g.sh == g.sw == 1 and _cuda_gemm.supported(x4, weight):
         out = _shifted_products(xp, x4, weight, g)
     elif g.groups == 1:
         cols = _im2col(xp, x4, g).reshape(g.n, taps, g.ho * g.wo)
@@ -126,81 +133,25 @@ def conv2d(
 
 
 def _shared_weight_products(xp: Any, weight: Any, cols: Any) -> Any:
-    """``out[n] = weight @ cols[n]`` for an (O, K) weight and (N, K, P) columns.
-
-    On the GPU, one strided-batched cuBLAS call whose weight stride is 0:
-    CuPy's ``matmul`` would broadcast the weight through an array of pointers
-    (a batched call that takes no TF32) or copy it per image.
-    """
-    if xp is np or cols.dtype not in _GEMM_TYPES or weight.dtype != cols.dtype:
+    """``out[n] = weight @ cols[n]`` for an (O, K) weight and (N, K, P) columns:
+    one strided-batched product whose weight is shared (stride 0), on TF32 tensor
+    cores where ``config.cuda_tf32`` says (CuPy's ``matmul`` would broadcast the
+    weight through an array of pointers, without TF32)."""
+    if not _cuda_gemm.supported(weight, cols):
         with _tf32(xp, cols.dtype):
             return xp.matmul(weight, cols)
     n, k, p = cols.shape
+    o = weight.shape[0]
     weight, cols = xp.ascontiguousarray(weight), xp.ascontiguousarray(cols)
-    out = xp.empty((n, weight.shape[0], p), cols.dtype)
-    _products_into(out, p, weight, cols, 0, p, k, accumulate=False)
+    out = xp.empty((n, o, p), cols.dtype)
+    tf32 = _cuda_gemm.tf32_for(cols.dtype)
+    _cuda_gemm.matmul_into(out, weight[None], cols, m=o, n=p, k=k, tf32=tf32)
     return out
-
-
-def _products_into(
-    out: Any,
-    ldc: int,
-    weight: Any,
-    source: Any,
-    offset: int,
-    lda: int,
-    length: int,
-    *,
-    accumulate: bool,
-) -> None:
-    """cuBLAS: for each image n, ``out[n][:, :length] (+)= weight @ S_n``, where
-    S_n is the (K, length) matrix of ``source[n]`` starting ``offset`` elements
-    in, its rows ``lda`` apart (a plain matrix, or a window of a padded image).
-
-    ``out`` is (N, O, ldc) and ``weight`` (O, K), both C-contiguous, ``source``
-    C-contiguous (N, ...). cuBLAS is column-major: each product is computed as
-    its transpose, out[n]^T (length x O) = S_n^T (length x K) @ weight^T (K x O),
-    whose operands are these same memory read column-major.
-    """
-    from cupy.cuda import device
-    from cupy_backends.cuda.libs import cublas
-
-    n, o = out.shape[:2]
-    k = weight.shape[1]
-    data, compute_name, scalar = _GEMM_TYPES[out.dtype]
-    if out.dtype == np.float32 and config.cuda_tf32:
-        compute_name = "CUBLAS_COMPUTE_32F_FAST_TF32"
-    alpha, beta = np.ones((), scalar), np.asarray(1 if accumulate else 0, scalar)
-    cublas.gemmStridedBatchedEx(
-        device.get_cublas_handle(),
-        0,  # no transposes: each row-major matrix is its transpose, column-major
-        0,
-        length,
-        o,
-        k,
-        alpha.ctypes.data,
-        source.data.ptr + offset * source.itemsize,
-        data,
-        lda,
-        source.size // n,
-        weight.data.ptr,
-        data,
-        k,
-        0,  # every image reads the same weight
-        beta.ctypes.data,
-        out.data.ptr,
-        data,
-        ldc,
-        o * ldc,
-        n,
-        getattr(cublas, compute_name),
-        cublas.CUBLAS_GEMM_DEFAULT,
-    )
 
 
 def _shifted_products(xp: Any, x4: Any, weight: Any, g: Any) -> Any:
     """A stride-1 convolution without im2col: one product per tap, each reading
-    the padded image shifted by that tap (a window of its rows, no copy),
+    the padded images shifted by that tap (a window of their rows, no copy),
     accumulated into an output laid on the padded grid, whose valid columns are
     copied out at the end. (N, O, Ho, Wo)."""
     padded = _padded(xp, x4, g)
@@ -208,39 +159,23 @@ def _shifted_products(xp: Any, x4: Any, weight: Any, g: Any) -> Any:
     length = (g.ho - 1) * wp + g.wo  # from the first output pixel to the last, on the grid
     grid = xp.empty((g.n, g.o, g.ho * wp), x4.dtype)
     per_tap = xp.ascontiguousarray(weight.transpose(2, 3, 0, 1))  # (kh, kw, O, C)
-    gpu = xp is not np and x4.dtype in _GEMM_TYPES and weight.dtype == x4.dtype
-    flat = padded.reshape(g.n, g.c, hp * wp)
+    tf32 = _cuda_gemm.tf32_for(x4.dtype)
     for i in range(g.kh):
         for j in range(g.kw):
-            offset = i * g.dh * wp + j * g.dw
-            first = i == 0 and j == 0
-            if gpu:
-                _products_into(
-                    grid,
-                    g.ho * wp,
-                    per_tap[i, j],
-                    padded,
-                    offset,
-                    hp * wp,
-                    length,
-                    accumulate=not first,
-                )
-                continue
-            product = xp.matmul(per_tap[i, j], flat[:, :, offset : offset + length])
-            if first:
-                grid[:, :, :length] = product
-            else:
-                grid[:, :, :length] += product
+            window = _cuda_gemm.Operand(padded, i * g.dh * wp + j * g.dw, hp * wp, g.c * hp * wp)
+            _cuda_gemm.matmul_into(
+                grid,
+                per_tap[i, j][None],
+                window,
+                m=g.o,
+                n=length,
+                k=g.c,
+                accumulate=bool(i or j),
+                out_ld=g.ho * wp,
+                tf32=tf32,
+            )
     rows = grid.reshape(g.n, g.o, g.ho, wp)[..., : g.wo]
     return xp.ascontiguousarray(rows)
-
-
-#: cuBLAS's data type (cudaDataType: CUDA_R_32F, CUDA_R_64F), compute type and
-#: scalar type for the products :func:`_shared_weight_products` makes itself.
-_GEMM_TYPES: dict[Any, tuple[int, str, Any]] = {
-    np.dtype(np.float32): (0, "CUBLAS_COMPUTE_32F", np.float32),
-    np.dtype(np.float64): (1, "CUBLAS_COMPUTE_64F", np.float64),
-}
 
 
 def _padded(xp: Any, x4: Any, g: Any) -> Any:
@@ -291,7 +226,22 @@ def scaled_dot_product_attention(
     if g.kv_repeat > 1:  # grouped-query attention: each key/value head serves several
         k = xp.repeat(k, g.kv_repeat, axis=-3)
         v = xp.repeat(v, g.kv_repeat, axis=-3)
-    scores = xp.matmul(q, xp.swapaxes(k, -1, -2))
+    batch = math.prod(g.batch)
+    supported = _cuda_gemm.supported(q, k, v)
+
+    def flat(t: Any, rows: int, cols: int) -> Any:  # (batch, rows, cols), C-contiguous
+        whole = xp.broadcast_to(t, (*g.batch, rows, cols))
+        return xp.ascontiguousarray(whole).reshape(batch, rows, cols)
+
+    if supported:
+        scores = xp.empty((batch, g.length, g.source), q.dtype)
+        queries, keys = flat(q, g.length, g.embed), flat(k, g.source, g.embed)
+        _cuda_gemm.matmul_into(
+            scores, queries, keys, m=g.length, n=g.source, k=g.embed, b_transposed=True
+        )
+        scores = scores.reshape(*g.batch, g.length, g.source)
+    else:
+        scores = xp.matmul(q, xp.swapaxes(k, -1, -2))
     scores *= scores.dtype.type(factor)
     allowed = None
     if is_causal:
@@ -308,7 +258,13 @@ def scaled_dot_product_attention(
     weights = xp.exp(scores, out=scores)
     total = weights.sum(axis=-1, keepdims=True)
     weights /= xp.where(total > 0, total, total.dtype.type(1))
-    return xp.matmul(weights, v)
+    if not supported:
+        return xp.matmul(weights, v)
+    out = xp.empty((batch, g.length, g.value_embed), q.dtype)
+    values = flat(v, g.source, g.value_embed)
+    weights = xp.ascontiguousarray(weights).reshape(batch, g.length, g.source)
+    _cuda_gemm.matmul_into(out, weights, values, m=g.length, n=g.value_embed, k=g.source)
+    return out.reshape(*g.batch, g.length, g.value_embed)
 
 
 # -- normalization ---------------------------------------------------------------------------
