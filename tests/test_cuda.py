@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -176,15 +177,22 @@ def test_graph_mode_on_cuda() -> None:
 
 def test_compiled_plans_replay_a_cuda_graph() -> None:
     rng = np.random.default_rng(3)
-    w1 = ert.asarray(rng.standard_normal((3, 8, 3, 3)).astype("float32"), device=DEV)
-    w2 = ert.asarray(rng.standard_normal((10, 8)).astype("float32"), device=DEV)
+    w1 = rng.standard_normal((3, 8, 3, 3)).astype("float32")
+    w2 = rng.standard_normal((10, 8)).astype("float32")
 
-    def net(x: ert.Tensor) -> tuple[ert.Tensor, ert.Tensor]:
-        h = ert.relu(ert.conv2d(x, ert.moveaxis(w1, 0, 1), padding=1))
-        pooled = ert.adaptive_avg_pool2d(h, 1).reshape(x.shape[0], 8)
-        return ert.softmax(ert.linear(pooled, w2), axis=-1), h.sum()
+    def net_on(device: object) -> Any:
+        """The network with its weights on ``device`` (the GPU's, and the CPU's
+        for the expected values)."""
+        conv, fc = ert.asarray(w1, device=device), ert.asarray(w2, device=device)
 
-    f = ert.function(net)
+        def net(x: ert.Tensor) -> tuple[ert.Tensor, ert.Tensor]:
+            h = ert.relu(ert.conv2d(x, ert.moveaxis(conv, 0, 1), padding=1))
+            pooled = ert.adaptive_avg_pool2d(h, 1).reshape(x.shape[0], 8)
+            return ert.softmax(ert.linear(pooled, fc), axis=-1), h.sum()
+
+        return net
+
+    f = ert.function(net_on(DEV))
     images = [rng.standard_normal((2, 3, 12, 12)).astype("float32") for _ in range(4)]
     results = []
     for image in images:  # the first call runs plainly, the second captures, then replays
@@ -192,9 +200,9 @@ def test_compiled_plans_replay_a_cuda_graph() -> None:
         results.append((probs.to("cpu").numpy(), float(total)))
     plan = f.compiled_for(ert.asarray(images[0], device=DEV)).plan
     assert plan.captured, f"not captured: {plan.runner.capture_error!r}"
+    on_cpu = net_on("cpu")
     for image, (probs, total) in zip(images, results, strict=True):
-        x = ert.asarray(image)
-        want_probs, want_total = net(x)
+        want_probs, want_total = on_cpu(ert.asarray(image))
         np.testing.assert_allclose(probs, want_probs.numpy(), rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(total, float(want_total), rtol=1e-4)
 
