@@ -14,17 +14,25 @@ and this module maps its primitives onto CuPy's documented API:
   copied with ``ndarray.set(..., stream=)`` / ``ndarray.get(stream=, out=,
   blocking=False)`` on the copy streams;
 * kernels: an op's "cuda" kernel if it has one (``eagerrt.ops.cuda_kernels``:
-  matmul through cuBLAS, conv2d as im2col + matmul, the creation ops), else its generic numpy-API kernel, which
-  runs on cupy arrays through numpy's dispatch (``__array_ufunc__``,
-  ``__array_function__``); a generic kernel that can't (it needs host arrays)
-  runs on the host instead, counted in ``host_fallbacks``;
+  the creation ops, matmul, and the neural-network ops of ``ops/_cuda_nn.py``,
+  whose products call cuBLAS directly, ``ops/_cuda_gemm.py``), else its generic
+  numpy-API kernel, which runs on cupy arrays through numpy's dispatch
+  (``__array_ufunc__``, ``__array_function__``); a generic kernel that can't
+  runs on the host instead, counted in ``host_fallbacks`` (none of the op
+  records does, on an H100);
+* checks a kernel makes on the device (an embedding index out of range) fail
+  the result when the host reads it (:mod:`.device_checks`);
+* compiled plans (``ert.function``) run as one unit of work on a stream,
+  captured into a CUDA graph on their second call and replayed from then on
+  (:mod:`.cuda_graphs`);
 * out of memory (``cupy.cuda.memory.OutOfMemoryError``): the device waits for
   retained memory, frees CuPy's cached blocks and retries once; then the op's
   result is an error value and the device goes on.
 
 CuPy is imported only when a ``cuda`` device is asked for; without it, or
 without a visible GPU, that request raises a :class:`~eagerrt.DeviceError`
-saying what to do. Not yet run on a GPU: see the README.
+saying what to do. ``benchmarks/gpu_check.sh`` runs this device's tests and
+benchmarks on a GPU.
 """
 
 from __future__ import annotations
