@@ -13,10 +13,13 @@ figure.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import inspect
 import json
 import math
 import os
+import pathlib
 import platform
 import statistics
 import sys
@@ -342,3 +345,20 @@ def bench_main(run: Callable[..., dict[str, Any]], argv: Sequence[str] | None = 
         with open(args.json, "w") as f:
             json.dump({"machine": machine_info(), "result": result}, f, indent=2)
     sys.stdout.flush()
+
+
+def example_model(name: str) -> Any:
+    """The module ``examples/models/<name>.py``, imported from the package
+    ``example_models`` (with benchmarks/ on the path, ``models`` is the benchmark
+    of that name, so the examples' own package name would clash)."""
+    package = "example_models"
+    if package not in sys.modules:
+        folder = pathlib.Path(__file__).resolve().parents[1] / "examples" / "models"
+        spec = importlib.util.spec_from_file_location(
+            package, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[package] = module
+        spec.loader.exec_module(module)
+    return importlib.import_module(f"{package}.{name}")

@@ -38,12 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
-import pathlib
-import sys
 import tempfile
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -55,36 +51,13 @@ from _common import (
     add_row,
     add_target,
     bench_main,
+    example_model,
     finish,
     interleave_async,
     new_result,
     now_ns,
 )
 from eagerrt.ops import _blas
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def example_models() -> types.ModuleType:
-    """examples/models as the package ``example_models`` (this file is ``models`` when
-    benchmarks/ is on the path, so the examples' own name would clash)."""
-    name = "example_models"
-    if name not in sys.modules:
-        folder = ROOT / "examples" / "models"
-        spec = importlib.util.spec_from_file_location(
-            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
-        )
-        assert spec is not None and spec.loader is not None
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[name] = package
-        spec.loader.exec_module(package)
-    return sys.modules[name]
-
-
-def _submodule(name: str) -> Any:
-    example_models()
-    return importlib.import_module(f"example_models.{name}")
-
 
 LABELS = {
     "torch": "PyTorch eager (baseline)",
@@ -119,8 +92,8 @@ Contenders = dict[str, Callable[[Any], Any]]
 def resnet_contenders(
     torch: Any, ort: Any, onnx_dir: str
 ) -> tuple[Contenders, Callable[[int], Any]]:
-    torch_reference = _submodule("torch_reference")
-    resnet = _submodule("resnet")
+    torch_reference = example_model("torch_reference")
+    resnet = example_model("resnet")
     model_torch = torch_reference.random_resnet18(seed=0)
     state = torch_reference.numpy_state_dict(model_torch)
     path = os.path.join(onnx_dir, "resnet18.safetensors")
@@ -160,8 +133,8 @@ def resnet_contenders(
 def minilm_contenders(
     torch: Any, ort: Any, onnx_dir: str, length: int
 ) -> tuple[Contenders, Callable[[int], Any]]:
-    torch_reference = _submodule("torch_reference")
-    minilm = _submodule("minilm")
+    torch_reference = example_model("torch_reference")
+    minilm = example_model("minilm")
     model = minilm.MiniLM.from_pretrained(torch_reference.minilm_path())
     compiled = model.compiled
     st = torch_reference.sentence_transformer()

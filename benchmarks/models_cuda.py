@@ -44,10 +44,8 @@ import asyncio
 import contextlib
 import faulthandler
 import importlib
-import importlib.util
 import json
 import math
-import pathlib
 import platform
 import sys
 import time
@@ -63,6 +61,7 @@ from _common import (
     Samples,
     add_row,
     add_target,
+    example_model,
     finish,
     interleave_async,
     machine_info,
@@ -70,8 +69,6 @@ from _common import (
     now_ns,
     print_result,
 )
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 #: A contender's output may differ from the reference by this much (max abs).
 TOLERANCE = 1e-3
@@ -96,27 +93,6 @@ _START = time.perf_counter()
 def log(message: str) -> None:
     """A progress line: the remote run's log is all we get."""
     print(f"[models_cuda {time.perf_counter() - _START:7.1f}s] {message}", flush=True)
-
-
-def example_models() -> Any:
-    """examples/models as the package ``example_models`` (as benchmarks/models.py loads it:
-    with benchmarks/ on the path, ``models`` is that benchmark)."""
-    name = "example_models"
-    if name not in sys.modules:
-        folder = ROOT / "examples" / "models"
-        spec = importlib.util.spec_from_file_location(
-            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
-        )
-        assert spec is not None and spec.loader is not None
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[name] = package
-        spec.loader.exec_module(package)
-    return sys.modules[name]
-
-
-def _submodule(name: str) -> Any:
-    example_models()
-    return importlib.import_module(f"example_models.{name}")
 
 
 #: A way of running the model: ``async (inputs on its device) -> numpy output``.
@@ -213,7 +189,7 @@ def _eagerrt_contenders(model: Any, compiled: Any, place: Callable[[Any], Any]) 
 
 
 def _torch_resnet50(torch: Any, use_torchvision: bool) -> tuple[Any, str]:
-    torch_reference = _submodule("torch_reference")
+    torch_reference = example_model("torch_reference")
     torch.manual_seed(0)
     if use_torchvision:
         try:
@@ -230,8 +206,8 @@ def _torch_resnet50(torch: Any, use_torchvision: bool) -> tuple[Any, str]:
 def resnet50_model(
     torch: Any, device: ert.Device, torch_device: Any, image: int, use_torchvision: bool
 ) -> tuple[Model, dict[str, Any]]:
-    torch_reference = _submodule("torch_reference")
-    resnet50 = _submodule("resnet50")
+    torch_reference = example_model("torch_reference")
+    resnet50 = example_model("resnet50")
     model_torch, source = _torch_resnet50(torch, use_torchvision)
     torch_reference.randomize_batch_norm(model_torch, seed=0)
     state = torch_reference.numpy_state_dict(model_torch)
@@ -270,8 +246,8 @@ def resnet50_model(
 def minilm_model(
     torch: Any, device: ert.Device, torch_device: Any, length: int
 ) -> tuple[Model, dict[str, Any]]:
-    torch_reference = _submodule("torch_reference")
-    minilm = _submodule("minilm")
+    torch_reference = example_model("torch_reference")
+    minilm = example_model("minilm")
     model = minilm.MiniLM.from_pretrained(torch_reference.minilm_path(), device=device)
     st = torch_reference.sentence_transformer().to(torch_device).eval()
 

@@ -87,11 +87,27 @@ def matmul_into(
     # cuBLAS is column-major: the row-major out^T = B^T A^T is the same memory
     # read column-major, B first. A row-major matrix read column-major is its
     # transpose, so B's operand is transposed only where B is given as (n, k).
-    args = (_T if b_transposed else _N, _N, n, m, k, b, a, out_ld, m * out_ld, batch, accumulate)
+    call = _Call(_T if b_transposed else _N, _N, n, m, k, b, a, out_ld, m * out_ld, batch)
     if type(out) is np.ndarray:
-        _emulate(out, *args)
+        _emulate(out, call, accumulate)
     else:
-        _call_cublas(out, *args, tf32)
+        _call_cublas(out, call, accumulate, tf32)
+
+
+class _Call(NamedTuple):
+    """One column-major ``cublasGemmStridedBatchedEx``: C_i (m x n) = op(first_i)
+    op(second_i), C_i ``stride_c`` elements apart, its columns ``ldc`` apart."""
+
+    transa: int
+    transb: int
+    m: int
+    n: int
+    k: int
+    first: Operand
+    second: Operand
+    ldc: int
+    stride_c: int
+    batch: int
 
 
 def _operand(x: Any, batch: int) -> Operand:
@@ -101,20 +117,7 @@ def _operand(x: Any, batch: int) -> Operand:
     return Operand(x, 0, x.shape[2], stride)
 
 
-def _emulate(
-    out: np.ndarray,
-    transa: int,
-    transb: int,
-    m: int,
-    n: int,
-    k: int,
-    first: Operand,
-    second: Operand,
-    ldc: int,
-    stride_c: int,
-    batch: int,
-    accumulate: bool,
-) -> None:
+def _emulate(out: np.ndarray, call: _Call, accumulate: bool) -> None:
     """The column-major call cuBLAS would make, on numpy arrays."""
 
     def matrix(x: Operand, i: int, rows: int, cols: int) -> np.ndarray:
@@ -125,46 +128,36 @@ def _emulate(
             flat[start:], shape=(rows, cols), strides=(size, x.ld * size)
         )
 
+    m, n, k, ldc = call.m, call.n, call.k, call.ldc
     flat_out = out.reshape(-1)
-    for i in range(batch):
-        op_a = matrix(first, i, k, m).T if transa == _T else matrix(first, i, m, k)
-        op_b = matrix(second, i, n, k).T if transb == _T else matrix(second, i, k, n)
-        c = np.lib.stride_tricks.as_strided(
-            flat_out[i * stride_c :], shape=(m, n), strides=(out.itemsize, ldc * out.itemsize)
+    for i in range(call.batch):
+        first = matrix(call.first, i, k, m).T if call.transa == _T else matrix(call.first, i, m, k)
+        second = (
+            matrix(call.second, i, n, k).T if call.transb == _T else matrix(call.second, i, k, n)
         )
-        product = op_a @ op_b
+        c = np.lib.stride_tricks.as_strided(
+            flat_out[i * call.stride_c :], shape=(m, n), strides=(out.itemsize, ldc * out.itemsize)
+        )
+        product = first @ second
         if accumulate:
             c += product
         else:
             c[...] = product
 
 
-def _call_cublas(
-    out: Any,
-    transa: int,
-    transb: int,
-    m: int,
-    n: int,
-    k: int,
-    first: Operand,
-    second: Operand,
-    ldc: int,
-    stride_c: int,
-    batch: int,
-    accumulate: bool,
-    tf32: bool,
-) -> None:
+def _call_cublas(out: Any, call: _Call, accumulate: bool, tf32: bool) -> None:
     data, compute_name, scalar = _TYPES[out.dtype]
     if tf32 and out.dtype == np.float32:
         compute_name = "CUBLAS_COMPUTE_32F_FAST_TF32"
     alpha, beta = np.ones((), scalar), np.asarray(1 if accumulate else 0, scalar)
     itemsize = out.itemsize
+    first, second = call.first, call.second
     args = (
-        transa,
-        transb,
-        m,
-        n,
-        k,
+        call.transa,
+        call.transb,
+        call.m,
+        call.n,
+        call.k,
         alpha.ctypes.data,
         first.array.data.ptr + first.offset * itemsize,
         data,
@@ -177,9 +170,9 @@ def _call_cublas(
         beta.ctypes.data,
         out.data.ptr,
         data,
-        ldc,
-        stride_c,
-        batch,
+        call.ldc,
+        call.stride_c,
+        call.batch,
     )
     library = _cublas()
     if library is None:  # CuPy's binding: the same call, refused while capturing

@@ -347,7 +347,7 @@ def max_pool2d(
     dilation: Any = 1,
     ceil_mode: bool = False,
 ) -> Any:
-    """Max over each window (padding never wins: it is -inf, or the dtype's least)."""
+    """Max over each window (padding never wins: it is -inf)."""
     xp = _xp(x)
     g = _pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
     windows = _windows(xp, x, g, -np.inf, (g.dh, g.dw))
