@@ -239,12 +239,17 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
 def view_without_copy(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """``a`` as a view of ``shape``, or None where that needs a copy (what an
     ``out=`` must never be: the result has to land in the real memory)."""
-    view = a.view()
     try:
-        view.shape = shape
-    except AttributeError:
+        return np.reshape(a, shape, copy=False)
+    except ValueError:  # it needs a copy
         return None
-    return view
+    except TypeError:  # numpy 2.0: no copy=; setting the shape (deprecated in 2.5) refuses
+        view = a.view()
+        try:
+            view.shape = shape
+        except AttributeError:
+            return None
+        return view
 
 
 def _mkl_matmul(mkl: _MKL, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
