@@ -525,15 +525,33 @@ def test_op_names() -> None:
     assert x[0].op == "getitem"
 
 
-def test_tensors_are_unhashable() -> None:
-    t = ert.asarray([1.0])
-    with pytest.raises(TypeError):
-        hash(t)
-    with pytest.raises(TypeError):
-        {t}  # noqa: B018
-    with pytest.raises(TypeError):
-        {t: 1}  # noqa: B018
-    assert ert.Tensor.__hash__ is None
+def test_tensors_hash_by_identity() -> None:
+    a, b = ert.asarray([1.0]), ert.asarray([1.0])
+    assert hash(a) == hash(a) and hash(a) != hash(b)
+    table = {a: "a", b: "b"}  # equal values, two keys: == is elementwise, never consulted
+    assert table[a] == "a" and table[b] == "b"
+    assert a in {a} and b not in {a}
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_asyncio_combinators_take_tensors(loop: str) -> None:
+    async def main() -> None:
+        a, b = ert.asarray([1.0, 2.0]) * 2, ert.asarray([3.0]) + 1
+        first, second, again = await asyncio.gather(a, b, a)
+        np.testing.assert_array_equal(first, [2.0, 4.0])
+        np.testing.assert_array_equal(second, [4.0])
+        assert again is first
+        done, pending = await asyncio.wait([asyncio.ensure_future(t) for t in (a, b)])
+        assert len(done) == 2 and not pending
+        got = [await f for f in asyncio.as_completed([a, b])]
+        assert sorted(len(g) for g in got) == [1, 2]
+
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main())
+    else:
+        asyncio.run(main())
 
 
 def test_tensors_are_made_by_ops_only() -> None:

@@ -90,10 +90,12 @@ class Tensor(AsyncValue):
     _holds: collections.deque[AsyncValue]
     _readers: set[Any]
 
-    # Tensors compare elementwise (ops install __eq__), so like numpy arrays they
-    # are unhashable. numpy's protocols (__array_ufunc__, __array_function__)
-    # are installed by eagerrt.ops.interop.
-    __hash__ = None  # type: ignore[assignment]
+    # Tensors compare elementwise (ops install __eq__) yet hash by identity, as
+    # PyTorch's do: asyncio's combinators (gather, wait, as_completed) key their
+    # futures by the awaitables given, and a dict or set of tensors finds each
+    # one by identity before any == is tried. numpy's protocols
+    # (__array_ufunc__, __array_function__) are installed by eagerrt.ops.interop.
+    __hash__ = object.__hash__
 
     def __init__(self) -> None:
         raise TypeError("Tensors are made by ops: use eagerrt.asarray(data) to wrap existing data")
