@@ -160,6 +160,11 @@ class Function(Generic[_F]):
     def __repr__(self) -> str:
         return f"<ert.function {self._name} ({len(self._cache)} traces cached)>"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Its traces hold compiled code, locks and weights: a compiled function
+        # pickles (and copies) as its function and options, and traces anew.
+        return _rebuild_function, (self._fn, self._max_traces)
+
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         # As a method: the instance is a static argument (each instance its own trace).
         if instance is None:
@@ -365,6 +370,10 @@ class Function(Generic[_F]):
         from .explain import explain
 
         return explain(self._name, self.compiled_for(*args, **kwargs))
+
+
+def _rebuild_function(fn: Any, max_traces: int) -> Function[Any]:
+    return Function(fn, max_traces=max_traces)
 
 
 def function(fn: _F | None = None, *, max_traces: int = DEFAULT_MAX_TRACES) -> Any:

@@ -17,6 +17,7 @@ from . import (
     linalg_extension,
     manipulation,
     nn,
+    pickling,  # noqa: F401 - tensors pickle and copy as their values
     random,
     reduction,
     registry,
