@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from typing import Any
 
 import anyio
 import numpy as np
@@ -243,3 +244,30 @@ def test_failure_is_read_again_each_time(clean_errors) -> None:
     assert first.value is not second.value  # a fresh exception per read
     assert first.value.__cause__ is second.value.__cause__
     assert str(first.value) == str(second.value)
+
+
+def test_kernel_errors_are_also_of_their_causes_type(clean_errors: None) -> None:
+    """Issue 21, item 7: libraries catch what numpy raises (scikit-learn's
+    ``except np.linalg.LinAlgError`` around a Cholesky)."""
+    bad = ert.linalg.cholesky(ert.asarray([[1.0, 2.0], [2.0, 1.0]]))
+    with pytest.raises(np.linalg.LinAlgError) as info:
+        bad.numpy()
+    assert isinstance(info.value, ert.KernelError)
+    assert isinstance(info.value.__cause__, np.linalg.LinAlgError)
+    assert type(info.value).__name__ == "KernelError"
+    assert "linalg.cholesky" in str(info.value)
+
+
+def test_a_cause_with_its_own_message_format_gives_a_plain_kernel_error(
+    clean_errors: None,
+) -> None:
+    picky = ert.define_op("errors_test_keyerror", rule=lambda x: (x.shape, x.dtype))
+
+    @picky.kernel()
+    def _picky(x: Any) -> Any:
+        raise KeyError("missing")  # KeyError's str() quotes: not combined
+
+    with pytest.raises(ert.KernelError) as info:
+        picky(ert.ones(2)).numpy()
+    assert not isinstance(info.value, KeyError)
+    assert isinstance(info.value.__cause__, KeyError)

@@ -97,6 +97,35 @@ class KernelError(EagerError, RuntimeError):
     kernel_traceback: traceback.StackSummary
 
 
+#: KernelError subclasses that are also their causes' types, by cause type.
+_KERNEL_ERRORS: dict[type[BaseException], type[KernelError]] = {}
+
+
+def kernel_error_type(cause: type[BaseException]) -> type[KernelError]:
+    """The KernelError to raise for a kernel's ``cause``: one that is also of
+    the cause's type, so that the ``except`` clauses libraries write for what
+    numpy raises (``np.linalg.LinAlgError``, ``ValueError``) catch it; plain
+    KernelError where the two types can't be combined (a different instance
+    layout, a constructor or ``str`` of its own)."""
+    found = _KERNEL_ERRORS.get(cause)
+    if found is not None:
+        return found
+    found = KernelError
+    if issubclass(cause, Exception) and not issubclass(KernelError, cause):
+        try:
+            both = type(
+                "KernelError",
+                (KernelError, cause),
+                {"__module__": KernelError.__module__, "__qualname__": "KernelError"},
+            )
+            if str(both("probe")) == "probe":  # the cause's own __init__/__str__ would show
+                found = both
+        except Exception:  # a layout conflict, a final class, a constructor of its own
+            pass
+    _KERNEL_ERRORS[cause] = found
+    return found
+
+
 class PipelineError(EagerError, RuntimeError):
     """A stage of an ``ert.pipeline`` failed: it names the stage and the item.
 
@@ -241,7 +270,8 @@ class Failure:
             else ""
         )
         cause = self.cause
-        err = KernelError(f"op {self.op!r} failed: {type(cause).__name__}: {cause}{where}{via}")
+        message = f"op {self.op!r} failed: {type(cause).__name__}: {cause}{where}{via}"
+        err = kernel_error_type(type(cause))(message)
         err.__cause__ = cause
         err.kernel_traceback = self.kernel_traceback
         if self.kernel_traceback:
