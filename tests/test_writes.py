@@ -263,3 +263,13 @@ def test_random_programs_match_sequential_numpy(seed: int, manual_device: Manual
         checks.append((tensors[k], model[k]))
     for tensor, expected in checks:
         np.testing.assert_array_equal(tensor.numpy(timeout=10), expected)
+
+
+def test_a_0d_result_takes_item_assignment_and_exports_through_dlpack() -> None:
+    """Issue 21, item 3: numpy's ops give numpy scalars for 0-d results; a tensor
+    holding one must still behave as a 0-d array."""
+    s = ert.asarray(1.0) + 1
+    s[()] = 5.0
+    assert float(s) == 5.0
+    assert np.from_dlpack(ert.asarray(1.0) + 1).shape == ()
+    assert float(np.from_dlpack(ert.asarray(2.0) * 3)) == 6.0

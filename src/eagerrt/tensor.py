@@ -329,6 +329,8 @@ class Tensor(AsyncValue):
         if self._state == PENDING:
             self.wait()
         native = self._native()
+        if isinstance(native, np.generic):  # a 0-d result held as a numpy scalar
+            native = np.asarray(native)
         kwargs: dict[str, Any] = {"stream": stream} if stream is not None else {}
         if max_version is not None:
             kwargs["max_version"] = max_version

@@ -170,7 +170,9 @@ def _check_value(
 
 
 def _assign(old: Any, value: Any, *arrays: Any, template: tuple[Any, ...]) -> Any:
-    new = old.copy()
+    # A 0-d result may be a numpy scalar (numpy's ops give those), which takes no
+    # item assignment: its copy as a 0-d array does.
+    new = np.array(old) if isinstance(old, np.generic) else old.copy()
     new[fill_index(template, arrays)] = value
     return new
 
