@@ -171,3 +171,18 @@ def test_conversion_inside_a_kernel_on_every_worker(
     for out in outs:
         out.numpy(timeout=20)
     assert results == [expected] * len(outs)
+
+
+def test_numpy_updates_its_own_array_with_a_tensor_in_place() -> None:
+    """Issue 21, item 5: ``a += t`` and ``np.add(a, t, out=a)`` (scikit-learn's LDA)."""
+    a = np.ones(3)
+    t = ert.asarray([1.0, 2.0, 3.0])
+    a += t
+    np.testing.assert_array_equal(a, [2.0, 3.0, 4.0])
+    assert np.add(a, t, out=a) is a
+    np.testing.assert_array_equal(a, [3.0, 5.0, 7.0])
+    b = np.zeros(2)
+    np.multiply(ert.asarray([2.0, 3.0]), 2, out=b)
+    np.testing.assert_array_equal(b, [4.0, 6.0])
+    with pytest.raises(TypeError):  # numpy never writes into a tensor
+        np.add(a, a, out=(t,))

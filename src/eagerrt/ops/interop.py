@@ -79,8 +79,13 @@ _REDUCE: dict[np.ufunc, Callable[..., Tensor]] = {
 
 
 def _array_ufunc(self: Tensor, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-    if kwargs.get("out") is not None:
-        return NotImplemented  # eagerrt never writes into numpy's arrays
+    out = kwargs.get("out")
+    if out is not None:
+        if any(isinstance(o, Tensor) for o in out):
+            return NotImplemented  # a tensor is written by its own ops (t += x), not numpy's
+        # numpy updating its own array (a += t, np.add(a, t, out=a)): numpy's
+        # ufunc on the tensors' data (waiting for it), into numpy's array.
+        return getattr(ufunc, method)(*_to_numpy(inputs), **kwargs)
     kwargs.pop("out", None)
     op = _BY_UFUNC.get(ufunc)
     if method == "__call__" and op is not None and not kwargs:
