@@ -600,3 +600,34 @@ def test_numpy_scalar_on_the_left_gives_a_tensor() -> None:
         assert isinstance(got, ert.Tensor)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("copy", ()),
+        ("ravel", ()),
+        ("flatten", ()),
+        ("squeeze", ()),
+        ("clip", (0.0, 2.0)),
+        ("round", (1,)),
+        ("cumsum", ()),
+        ("any", ()),
+        ("all", ()),
+        ("dot", (np.arange(4.0).reshape(2, 2),)),
+    ],
+)
+def test_the_ndarray_methods_numpy_users_reach_for(name: str, args: tuple[Any, ...]) -> None:
+    """Issue 21, item 8: the same answers as the ndarray's methods."""
+    a = np.array([[[1.55, -2.0], [3.0, 0.25]]])
+    got = getattr(ert.asarray(a), name)(*args)
+    assert type(got) is ert.Tensor
+    np.testing.assert_array_equal(got.numpy(), getattr(a, name)(*args))
+
+
+def test_itemsize_strides_and_format() -> None:
+    t = ert.asarray(np.zeros((2, 3), "float32"))
+    assert t.itemsize == 4 and t.strides == (12, 4)
+    assert format(ert.asarray(1.5), ".2f") == "1.50"
+    x = np.arange(24.0).reshape(2, 3, 4)
+    np.testing.assert_array_equal(ert.asarray(x).dot(np.ones(4)).numpy(), x.dot(np.ones(4)))

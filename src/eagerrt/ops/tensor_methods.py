@@ -13,11 +13,11 @@ import numpy as np
 from ..devices import get_device
 from ..devices.base import Device
 from ..tensor import Tensor
-from . import reduction, writes
+from . import elementwise, reduction, writes
 from .elementwise import UFUNC_OPS
 from .indexing import index_tensor
-from .linalg import matmul, matrix_transpose
-from .manipulation import astype, reshape, transpose
+from .linalg import matmul, matrix_transpose, tensordot
+from .manipulation import astype, reshape, squeeze, transpose
 from .registry import Op, elementwise_cost, launch
 from .stream_transfers import download
 
@@ -183,3 +183,48 @@ for _name in ("sum", "mean", "prod", "var", "std", "max", "min", "argmax", "argm
     _function = getattr(reduction, _name)
     # The op behind the function takes numpy's positional order: t.sum(0), np.sum(t, 0).
     setattr(Tensor, _name, _reduction_method(getattr(_function, "op", _function)))
+
+
+# -- the ndarray methods numpy users reach for -------------------------------------------
+def _cumsum(self: Tensor, axis: int | None = None, dtype: Any = None) -> Tensor:
+    """numpy's ``a.cumsum``: over the flattened tensor where ``axis`` is None."""
+    x = reshape(self, (-1,)) if axis is None else self
+    return reduction.cumulative_sum(x, axis=0 if axis is None else axis, dtype=dtype)
+
+
+def _clip(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
+    return elementwise.clip(self, min, max)
+
+
+def _dot(self: Tensor, other: Any) -> Tensor:
+    """numpy's ``a.dot(b)``: products for 1-d and 2-d, else a sum over a's last
+    axis and b's second-to-last."""
+    other_ndim = getattr(other, "ndim", np.ndim(other))
+    if self.ndim == 0 or other_ndim == 0:
+        return self * other
+    if self.ndim <= 2 and other_ndim <= 2:
+        return matmul(self, other)
+    return tensordot(self, other, axes=([-1], [-2 if other_ndim >= 2 else -1]))
+
+
+_NDARRAY_METHODS: dict[str, Any] = {
+    "copy": lambda self: astype(self, self.dtype, copy=True),
+    "ravel": lambda self: reshape(self, (-1,)),
+    "flatten": lambda self: reshape(self, (-1,)),
+    "squeeze": lambda self, axis=None: squeeze(self, axis=axis),
+    "clip": _clip,
+    "round": lambda self, decimals=0: elementwise.round(self, decimals=decimals),
+    "cumsum": _cumsum,
+    "any": lambda self, axis=None, keepdims=False: reduction.any(
+        self, axis=axis, keepdims=keepdims
+    ),
+    "all": lambda self, axis=None, keepdims=False: reduction.all(
+        self, axis=axis, keepdims=keepdims
+    ),
+    "dot": _dot,
+    "itemsize": property(lambda self: self.dtype.itemsize),
+    # The strides of the array numpy() gives (waiting for the data).
+    "strides": property(lambda self: self.numpy().strides),
+}
+for _attr, _method in _NDARRAY_METHODS.items():
+    setattr(Tensor, _attr, _method)
