@@ -123,3 +123,16 @@ def test_a_plan_asked_not_to_capture_never_does() -> None:
     for _ in range(3):
         plan(stream, [np.zeros(2)])
     assert not plan.captured and runs[0] == 3
+
+
+def test_a_call_on_another_stream_runs_plainly() -> None:
+    """The graph's buffers are ordered on its capture stream only."""
+    stream, other = FakeStream(), FakeStream()
+    plan, runs = plan_of(stream)
+    w = np.ones(3)
+    plan(stream, [np.zeros(3), w])
+    plan(stream, [np.zeros(3), w])
+    assert plan.captured and runs[0] == 1
+    out, _ = plan(other, [np.ones(3), w])
+    np.testing.assert_array_equal(out[0], [3.0, 3.0, 3.0])
+    assert runs[0] == 2 and plan.captured  # still captured for its own stream

@@ -177,7 +177,7 @@ class CudaDevice(StreamDevice):
                     f"{op.name} can't be captured in a CUDA graph: {type(exc).__name__}: {exc}"
                 ) from exc
             out = self._on_host(op, list(args), static)
-        if type(out) is not cp.ndarray:
+        if type(out) is not cp.ndarray and not isinstance(out, tuple):  # tuples: several results
             out = cp.asarray(out)
         return out
 

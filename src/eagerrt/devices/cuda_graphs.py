@@ -56,6 +56,8 @@ class CapturedPlan:
         self._inputs: list[Any] = []
         #: The constants (weights) the graph was captured reading.
         self._constants: list[Any] = []
+        #: The stream it was captured on: replays stay there.
+        self._stream: Any = None
         self._outputs: list[Any] = []
         self._checks: list[tuple[Any, str]] = []
 
@@ -77,6 +79,10 @@ class CapturedPlan:
                 take_checks()
                 return self._plain(natives)
         else:
+            if stream is not self._stream:
+                # The graph's buffers are ordered on the stream it was captured on;
+                # a call on another stream could overwrite them while it replays.
+                return self._plain(natives)
             count = self._input_count
             if any(a is not b for a, b in zip(natives[count:], self._constants, strict=True)):
                 # A weight was replaced (written to) since the capture: the
@@ -130,7 +136,7 @@ class CapturedPlan:
                     stream.end_capture()  # the half-made graph is dropped
                 raise
             graph = stream.end_capture()
-        self._pool, self._inputs, self._graph = pool, inputs, graph
+        self._pool, self._inputs, self._graph, self._stream = pool, inputs, graph, stream
         self._constants = natives[count:]
         self._outputs, self._checks = outputs, checks
 
