@@ -163,3 +163,12 @@ def test_vector_norm_by_parts(order: float, axes: tuple[int, ...]) -> None:
     x = _normal(3, 4, 5, dtype="float64")
     expected = np.linalg.vector_norm(x, axis=axes, keepdims=True, ord=order)
     _close(_vector_norm_by_parts(x, axes, True, order), expected, 1e-12)
+
+
+def test_products_of_empty_operands() -> None:
+    from eagerrt.ops import _cuda_gemm
+
+    out = np.full((1, 2, 3), 7.0)
+    _cuda_gemm.matmul_into(out, np.ones((1, 2, 0)), np.ones((1, 0, 3)), m=2, n=3, k=0)
+    np.testing.assert_array_equal(out, np.zeros((1, 2, 3)))  # a sum of nothing
+    _close(_cuda_nn.linear(np.ones((0, 4), "float32"), _normal(3, 4)), np.zeros((0, 3)))

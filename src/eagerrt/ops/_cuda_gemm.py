@@ -83,6 +83,10 @@ def matmul_into(
     """
     batch = out.shape[0]
     out_ld = n if out_ld is None else out_ld
+    if not (batch and m and n and k):  # nothing to multiply (cuBLAS refuses a zero lda)
+        if k == 0 and not accumulate and out.size:
+            out[...] = 0
+        return
     a, b = _operand(a, batch), _operand(b, batch)
     # cuBLAS is column-major: the row-major out^T = B^T A^T is the same memory
     # read column-major, B first. A row-major matrix read column-major is its
