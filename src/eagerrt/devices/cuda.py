@@ -21,10 +21,10 @@ and this module maps its primitives onto CuPy's documented API:
   runs on the host instead, counted in ``host_fallbacks`` (none of the op
   records does, on an H100);
 * checks a kernel makes on the device (an embedding index out of range) fail
-  the result when the host reads it (:mod:`.device_checks`);
+  the result when the host reads it (``devices/device_checks.py``);
 * compiled plans (``ert.function``) run as one unit of work on a stream,
   captured into a CUDA graph on their second call and replayed from then on
-  (:mod:`.cuda_graphs`);
+  (``devices/cuda_graphs.py``);
 * out of memory (``cupy.cuda.memory.OutOfMemoryError``): the device waits for
   retained memory, frees CuPy's cached blocks and retries once; then the op's
   result is an error value and the device goes on.
