@@ -11,15 +11,15 @@ launch, the way PyTorch's CUDA graphs and TFRT's GPU executables do.
 1. the first call runs the kernels plainly (CuPy compiles and caches its kernels,
    cuBLAS picks its algorithms: nothing of that may happen during a capture);
 2. the second call copies its inputs into buffers of the plan's own, and
-   captures the kernels on the stream into a graph (the constants, weights,
-   are read where they are: a weight replaced since, by a write, makes the
-   plan capture again). Everything they allocate
-   comes from a memory pool of the plan's own, kept with the graph: the graph
-   reads and writes those addresses on every replay, so no other work may be
-   given that memory;
-3. every call from then on copies its inputs into those buffers, replays the
-   graph, and copies the results out into fresh arrays (the caller owns them;
-   the next replay overwrites the plan's).
+   captures the kernels on the stream into a graph. The constants (weights) are
+   read where they are: a weight replaced since, by a write, makes the plan
+   capture again. Everything the kernels allocate comes from a memory pool of
+   the plan's own, kept with the graph: the graph reads and writes those
+   addresses on every replay, so no other work may be given that memory;
+3. every call from then on, on the stream it was captured on, copies its
+   inputs into those buffers, replays the graph, and copies the results out
+   into fresh arrays (the caller owns them; the next replay overwrites the
+   plan's). A call on another stream runs plainly.
 
 A plan whose capture fails (a kernel that waits for the device, an op run on the
 host) runs its kernels plainly from then on; ``capture_error`` says why.
