@@ -362,3 +362,19 @@ def example_model(name: str) -> Any:
         sys.modules[package] = module
         spec.loader.exec_module(module)
     return importlib.import_module(f"{package}.{name}")
+
+
+def minilm_batch(batch: int, length: int) -> tuple[Any, Any]:
+    """MiniLM's token ids and attention mask for a benchmark batch (seeded by its
+    size): random ids after [CLS], and, as real batches are padded, every other row
+    ending a quarter early."""
+    import numpy as np
+
+    rng = np.random.default_rng(batch)
+    ids = rng.integers(1000, 29000, (batch, length), dtype=np.int64)
+    mask = np.ones((batch, length), np.int64)
+    for row in range(1, batch, 2):
+        ids[row, length - length // 4 :] = 0
+        mask[row, length - length // 4 :] = 0
+    ids[:, 0] = 101  # [CLS]
+    return ids, mask

@@ -54,6 +54,7 @@ from _common import (
     example_model,
     finish,
     interleave_async,
+    minilm_batch,
     new_result,
     now_ns,
 )
@@ -162,15 +163,7 @@ def minilm_contenders(
         _add_onnx(c, ort, onnx_path, lambda b: {"input_ids": b[0], "attention_mask": b[1]})
 
     def inputs(batch: int) -> tuple[np.ndarray, np.ndarray]:
-        rng = np.random.default_rng(batch)
-        ids = rng.integers(1000, 29000, (batch, length), dtype=np.int64)
-        mask = np.ones((batch, length), np.int64)
-        # Real batches are padded: every other row ends a quarter early.
-        for row in range(1, batch, 2):
-            ids[row, length - length // 4 :] = 0
-            mask[row, length - length // 4 :] = 0
-        ids[:, 0] = 101  # [CLS]
-        return ids, mask
+        return minilm_batch(batch, length)
 
     return c, inputs
 

@@ -65,6 +65,7 @@ from _common import (
     finish,
     interleave_async,
     machine_info,
+    minilm_batch,
     new_result,
     now_ns,
     print_result,
@@ -269,15 +270,7 @@ def minilm_model(
     model_functions[label_of(model)] = [model.compiled]
 
     def inputs(batch: int) -> tuple[np.ndarray, np.ndarray]:
-        rng = np.random.default_rng(batch)
-        ids = rng.integers(1000, 29000, (batch, length), dtype=np.int64)
-        mask = np.ones((batch, length), np.int64)
-        # Real batches are padded: every other row ends a quarter early.
-        for row in range(1, batch, 2):
-            ids[row, length - length // 4 :] = 0
-            mask[row, length - length // 4 :] = 0
-        ids[:, 0] = 101  # [CLS]
-        return ids, mask
+        return minilm_batch(batch, length)
 
     return Model("minilm", contenders, inputs, "torch", broken), {"minilm_length": length}
 
