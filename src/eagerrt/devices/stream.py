@@ -415,6 +415,16 @@ class StreamDevice(Device):
         exception here (out of memory, a kernel refusing its operands at
         launch) becomes the result's failure.
         """
+        stream, waits = self._stream_after(values)
+        try:
+            return self._launch_on(stream, waits, op, kernel, values, static, shape, dtype)
+        except MemoryError:  # give back what can be given, then one retry
+            self._reclaim_all()
+            return self._launch_on(stream, waits, op, kernel, values, static, shape, dtype)
+
+    def _stream_after(self, values: Sequence[Any]) -> tuple[Stream, list[Event]]:
+        """The stream new work on ``values`` goes to, and the events there it must
+        wait for first (releasing what dropped values no longer need, on the way)."""
         if self._retired or self._retained:
             self._tidy(_RELEASE_CHECKS)
         stream = self._pick_stream(values)
@@ -424,11 +434,7 @@ class StreamDevice(Device):
                 event = self._order_after(stream, v)
                 if event is not None:
                     waits.append(event)
-        try:
-            return self._launch_on(stream, waits, op, kernel, values, static, shape, dtype)
-        except MemoryError:  # give back what can be given, then one retry
-            self._reclaim_all()
-            return self._launch_on(stream, waits, op, kernel, values, static, shape, dtype)
+        return stream, waits
 
     def _launch_on(
         self,
@@ -469,14 +475,7 @@ class StreamDevice(Device):
         """Enqueue a compiled plan as one unit of work on one stream: ``values``
         (DeviceValues: its inputs, then the constants it reads) ordered before
         it as an op's operands are; the results' values, ready at once."""
-        if self._retired or self._retained:
-            self._tidy(_RELEASE_CHECKS)
-        stream = self._pick_stream(values)
-        waits = []
-        for v in values:
-            event = self._order_after(stream, v)
-            if event is not None:
-                waits.append(event)
+        stream, waits = self._stream_after(values)
         natives = [v.native for v in values]
         try:
             return self._plan_on(stream, waits, runner, natives, values)

@@ -8,22 +8,19 @@ comes from the operands (:func:`_xp`): the same code runs on numpy arrays, which
 is how CI, without a GPU, checks every kernel's arithmetic against the CPU ops
 (``tests/test_cuda_kernels_on_numpy.py``).
 
-Products of float32 convolutions run on TensorFloat-32 tensor cores when
-``config.cuda_tf32`` is set (PyTorch's ``cudnn.allow_tf32`` default does the
-same for its convolutions); off by default, so results match the CPU's to float32
-rounding.
+Products of float32 convolutions (of one group) run on TensorFloat-32 tensor
+cores when ``config.cuda_tf32`` is set (PyTorch's ``cudnn.allow_tf32`` default
+does the same for its convolutions); off by default, so results match the CPU's
+to float32 rounding.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from .._core.config import config
 from ..devices.device_checks import check_later
 from . import _cuda_gemm
 from ._rules import as_float
@@ -57,23 +54,6 @@ def _xp(a: Any) -> Any:
 
         return cupy
     return np
-
-
-@contextlib.contextmanager
-def _tf32(xp: Any, dtype: np.dtype[Any]) -> Iterator[None]:
-    """CuPy's float32 products on TF32 tensor cores inside the block, where
-    ``config.cuda_tf32`` asks for it (CuPy's setting is global: restored after)."""
-    if xp is np or dtype != np.float32 or not config.cuda_tf32:
-        yield
-        return
-    from cupy._core import _routines_linalg as linalg
-
-    before = linalg.get_compute_type(dtype)
-    linalg.set_compute_type(dtype, linalg.COMPUTE_TYPE_TF32)
-    try:
-        yield
-    finally:
-        linalg.set_compute_type(dtype, before)
 
 
 # -- products ---------------------------------------------------------------------------
@@ -123,9 +103,8 @@ def conv2d(
     elif g.groups == 1:
         cols = _im2col(xp, x4, g).reshape(g.n, taps, g.ho * g.wo)
         out = _shared_weight_products(xp, weight.reshape(g.o, taps), cols)
-    else:
-        with _tf32(xp, x.dtype):
-            out = xp.matmul(weight.reshape(g.groups, og, taps), _im2col(xp, x4, g))
+    else:  # CuPy's batched products: float32, whatever config.cuda_tf32 says
+        out = xp.matmul(weight.reshape(g.groups, og, taps), _im2col(xp, x4, g))
     out = out.reshape(g.n, g.o, g.ho, g.wo)
     if bias is not None:
         out += bias.reshape(-1, 1, 1)
@@ -138,8 +117,7 @@ def _shared_weight_products(xp: Any, weight: Any, cols: Any) -> Any:
     cores where ``config.cuda_tf32`` says (CuPy's ``matmul`` would broadcast the
     weight through an array of pointers, without TF32)."""
     if not _cuda_gemm.supported(weight, cols):
-        with _tf32(xp, cols.dtype):
-            return xp.matmul(weight, cols)
+        return xp.matmul(weight, cols)
     n, k, p = cols.shape
     o = weight.shape[0]
     weight, cols = xp.ascontiguousarray(weight), xp.ascontiguousarray(cols)
