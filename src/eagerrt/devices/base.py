@@ -64,6 +64,13 @@ class Device:
         result's value, ready for the device's other ops at once."""
         raise NotImplementedError
 
+    def launcher(self, op: Any, kernel: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """For a device that :attr:`completes_at_enqueue`: a function of an op's
+        operand values that enqueues it as :meth:`enqueue` would, for calls
+        with the shapes and dtypes of one that just did (the op registry's
+        inline cache)."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"Device({self.name!r})"
 

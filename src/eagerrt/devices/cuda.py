@@ -14,14 +14,18 @@ and this module maps its primitives onto CuPy's documented API:
   copied with ``ndarray.set(..., stream=)`` / ``ndarray.get(stream=, out=,
   blocking=False)`` on the copy streams;
 * kernels: an op's "cuda" kernel if it has one (``eagerrt.ops.cuda_kernels``:
-  the creation ops, matmul, and the neural-network ops of ``ops/_cuda_nn.py``,
-  whose products call cuBLAS directly, ``ops/_cuda_gemm.py``), else its generic
+  CuPy's ufuncs for the elementwise ops, the creation ops, and matmul and the
+  neural-network ops of ``ops/_cuda_nn.py``, whose products call cuBLAS
+  directly, ``ops/_cuda_gemm.py``, convolutions cuDNN, ``ops/_cuda_dnn.py``,
+  softmax and norms one row kernel each, ``ops/_cuda_rows.py``), else its generic
   numpy-API kernel, which runs on cupy arrays through numpy's dispatch
   (``__array_ufunc__``, ``__array_function__``); a generic kernel that can't
   runs on the host instead, counted in ``host_fallbacks`` (none of the op
   records does, on an H100);
 * checks a kernel makes on the device (an embedding index out of range) fail
   the result when the host reads it (``devices/device_checks.py``);
+* eager ops called again with the same operand shapes and dtypes launch
+  through the lean path (``StreamDevice.launcher``, :meth:`CudaDevice._launch_fast`);
 * compiled plans (``ert.function``) run as one unit of work on a stream,
   captured into a CUDA graph on their second call and replayed from then on
   (``devices/cuda_graphs.py``);
@@ -103,10 +107,9 @@ class CudaDevice(StreamDevice):
         # Made current around each call where another GPU could be current; with
         # one GPU visible it always is, and entering it (a runtime call each way)
         # would cost every launch a microsecond or two for nothing.
+        self._many_devices = cupy.cuda.runtime.getDeviceCount() > 1
         self._device: Any = (
-            cupy.cuda.Device(index)
-            if cupy.cuda.runtime.getDeviceCount() > 1
-            else contextlib.nullcontext()
+            cupy.cuda.Device(index) if self._many_devices else contextlib.nullcontext()
         )
         #: Ops whose kernel had to run on the host, by name (generic kernels
         #: that need numpy arrays): what a cuda kernel should be written for.
@@ -154,6 +157,25 @@ class CudaDevice(StreamDevice):
                 f"expected {dtype}{list(shape)}"
             )
         return out, checks_for(op.name, values, take_checks())
+
+    def _launch_fast(self, stream: Any, kernel: Callable[..., Any], values: Sequence[Any]) -> Any:
+        # The launcher's common case: a call whose signature just ran through
+        # _launch (its kernel gave the expected array). Anything unusual (an
+        # exception, a result of another type, checks left) takes _launch.
+        args = [v.native if type(v) is DeviceValue else v for v in values]
+        try:
+            if self._many_devices:
+                with self._device, stream:
+                    out = kernel(*args)
+            else:
+                with stream:
+                    out = kernel(*args)
+        except Exception:
+            take_checks()
+            return None
+        if take_checks() or type(out) is not self._cp.ndarray:
+            return None
+        return out
 
     def call_kernel(
         self, op: Any, kernel: Callable[..., Any], args: Sequence[Any], static: dict[str, Any]

@@ -34,14 +34,20 @@ class Check:
         self.failure: Failure | None = None
 
 
-#: Checks kernels left on this thread since the device last took them.
-_checks = threading.local()
+class _Pending(threading.local):
+    #: Checks kernels left on this thread since the device last took them. A
+    #: class default, so that reading it where none was left is an attribute
+    #: hit (every launch reads it; a missing attribute costs an exception).
+    pending: list[tuple[Any, str]] | None = None
+
+
+_checks = _Pending()
 
 
 def check_later(flag: Any, message: str) -> None:
     """For a kernel: fail its result, when the host reads it, if the 0-d device
     bool ``flag`` is true (a check made on the device, no wait for it now)."""
-    pending = getattr(_checks, "pending", None)
+    pending = _checks.pending
     if pending is None:
         pending = _checks.pending = []
     pending.append((flag, message))
@@ -49,7 +55,7 @@ def check_later(flag: Any, message: str) -> None:
 
 def take_checks() -> list[tuple[Any, str]]:
     """The ``(flag, message)`` checks kernels on this thread left since the last call."""
-    pending = getattr(_checks, "pending", None)
+    pending = _checks.pending
     if not pending:
         return []
     _checks.pending = []

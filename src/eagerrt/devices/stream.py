@@ -82,6 +82,7 @@ class Stream:
     """
 
     __slots__ = (
+        "compute",
         "device",
         "enqueued",
         "last_event",
@@ -96,6 +97,8 @@ class Stream:
         self.device = device
         self.name = name
         self.native = native
+        #: A compute stream (ops follow their operands' compute stream).
+        self.compute = name.startswith("compute")
         #: Work items enqueued so far (a result's position on its stream).
         self.enqueued = 0
         #: The latest event recorded here, reused by results enqueued before it.
@@ -349,7 +352,7 @@ class StreamDevice(Device):
             # ``with dev.stream(i):`` open across a fork: its stream in the child.
             return chosen if not chosen.lost else self._stream(chosen.name, "compute")
         for v in values:
-            if type(v) is DeviceValue and v.stream.name.startswith("compute"):
+            if type(v) is DeviceValue and v.stream.compute:
                 return v.stream
         return self.stream(0)
 
@@ -421,6 +424,48 @@ class StreamDevice(Device):
         except MemoryError:  # give back what can be given, then one retry
             self._reclaim_all()
             return self._launch_on(stream, waits, op, kernel, values, static, shape, dtype)
+
+    def launcher(
+        self, op: Any, kernel: Callable[..., Any], shape: tuple[int, ...], dtype: np.dtype[Any]
+    ) -> Callable[..., DeviceValue]:
+        """For the op registry's inline cache (a call with the same operand
+        shapes and dtypes as one that just went through :meth:`enqueue`): a
+        function of the operands' values (DeviceValues or Python scalars) that
+        enqueues ``kernel`` on them.
+
+        The common case (operands on one compute stream, no stream chosen by
+        ``with``, no checks to carry, nothing waiting for release) enqueues at
+        once through ``_launch_fast``; any other goes through :meth:`enqueue`.
+        """
+        retired, retained, current = self._retired, self._retained, self._current
+
+        def launch(*values: Any) -> DeviceValue:
+            stream = None
+            if not (retired or retained) and current.get() is None:
+                for v in values:
+                    if type(v) is DeviceValue:
+                        if v.handle is not None or (stream is not None and v.stream is not stream):
+                            stream = None
+                            break
+                        stream = v.stream
+                if stream is not None and (stream.lost or not stream.compute):
+                    stream = None
+            if stream is not None:
+                with stream.lock:
+                    native = self._launch_fast(stream.native, kernel, values)
+                    if native is not None:
+                        stream.enqueued += 1
+                        return DeviceValue(self, stream, stream.enqueued, native, None)
+            return self.enqueue(op, kernel, values, {}, shape, dtype)
+
+        return launch
+
+    def _launch_fast(self, stream: Any, kernel: Callable[..., Any], values: Sequence[Any]) -> Any:
+        """Enqueue ``kernel`` on ``stream`` for :meth:`launcher`'s common case:
+        the result's native, or None to take :meth:`enqueue` instead (which runs
+        the kernel again, so the first run must have had no effect: a kernel
+        that raised, or left checks). Devices override this with a leaner launch."""
+        return None
 
     def _stream_after(self, values: Sequence[Any]) -> tuple[Stream, list[Event]]:
         """The stream new work on ``values`` goes to, and the events there it must

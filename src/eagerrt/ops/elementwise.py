@@ -162,6 +162,7 @@ def _ufunc_op(name: str, ufunc: np.ufunc, factor: float) -> Op:
         operands=ufunc.nin,
         weak_scalars=True,
     )
+    op.scalar_types_only = ufunc.nin == 2
     op.register_kernel(GENERIC, ufunc)
     return op
 

@@ -137,6 +137,8 @@ class Op:
         "_generation",
         "_last1",
         "_last2",
+        "_last2l",
+        "_last2r",
         "_operand_names",
         "_preparers",
         "_specializers",
@@ -148,6 +150,7 @@ class Op:
         "name",
         "operands",
         "rule",
+        "scalar_types_only",
         "weak_scalars",
     )
 
@@ -187,6 +190,14 @@ class Op:
         self._by_device: dict[Device, Kernel] = {}
         self._last1: tuple[Any, ...] | None = None
         self._last2: tuple[Any, ...] | None = None
+        # A tensor and a weak scalar: the scalar on the left (2 * x), on the right (x * 2).
+        self._last2l: tuple[Any, ...] | None = None
+        self._last2r: tuple[Any, ...] | None = None
+        #: The rule reads only the type of a weak scalar operand, never its
+        #: value (numpy's binary ufuncs, but for NEP 50's check that a Python
+        #: int fits an integer operand): the fast path may then reuse a call
+        #: with one tensor and one scalar for the next scalar of that type.
+        self.scalar_types_only = False
         self._generation = 0
         #: ``self(x)`` and ``self(x, y)`` as plain functions with the fast path:
         #: what Tensor's operators call.
@@ -254,7 +265,7 @@ class Op:
         """Drop the fast path's memory of the last call (kernels or costs changed)."""
         # A call that looked up the old kernel must not store it after this.
         self._generation += 1
-        self._last1 = self._last2 = None
+        self._last1 = self._last2 = self._last2l = self._last2r = None
 
     def _kernel_for(self, device: Device) -> Kernel:
         if device.kernel_module is not None:  # the device's kernels, registered on first use
@@ -319,16 +330,28 @@ class Op:
         kernel: Kernel,
         generation: int,
     ) -> None:
-        """Fill the fast path's inline cache for this signature."""
+        """Fill the fast path's inline cache for this signature (tensors, or one
+        tensor and a weak scalar whose value the rule can't refuse)."""
         if len(args) == 2:
             a, b = args
-            self._last2 = (a.shape, b.shape, a.dtype, b.dtype, dev, shape, dtype, cost, kernel)
-        elif len(args) == 1:
+            if type(a) is Tensor and type(b) is Tensor:
+                self._last2 = (a.shape, b.shape, a.dtype, b.dtype, dev, shape, dtype, cost, kernel)
+            elif self.scalar_types_only and (type(a) is Tensor) != (type(b) is Tensor):
+                left = type(b) is Tensor
+                x, scalar = (b, a) if left else (a, b)
+                # Any float; an int only beside a float tensor (NEP 50's range check).
+                if type(scalar) is float or (type(scalar) is int and x.dtype.kind in "fc"):
+                    hit = (type(scalar), x.shape, x.dtype, dev, shape, dtype, cost, kernel)
+                    if left:
+                        self._last2l = hit
+                    else:
+                        self._last2r = hit
+        elif len(args) == 1 and type(args[0]) is Tensor:
             a = args[0]
             self._last1 = (a.shape, a.dtype, dev, shape, dtype, cost, kernel)
         # Store, then re-check: a kernel registered meanwhile must not be undone.
         if self._generation != generation:
-            self._last1 = self._last2 = None
+            self._last1 = self._last2 = self._last2l = self._last2r = None
 
     def _operands_from_keywords(
         self, args: tuple[Any, ...], static: dict[str, Any]
@@ -482,18 +505,21 @@ class Op:
                 if a._state == TRACED and _trace_recorder is not None:
                     return _trace_recorder(self, args, static, shape, dtype, dev)
                 ready = False
-        if dev.completes_at_enqueue:  # a stream device: ready once enqueued
-            return self._enqueue(dev, kernel, args, static, shape, dtype, ready)
-        cost = self.cost(shape, dtype, *args, **static)
         # While a profile records, the fast path's cache stays off (it would skip
         # the record): every call comes here, and _recorded_last does its job.
         fast_ok = ready and not static and device is None
-        if fast_ok and all(type(a) is Tensor for a in args):
-            if recording is None:
-                self._remember_call(args, dev, shape, dtype, cost, kernel, generation)
-            else:
-                sig = tuple((a.shape, a.dtype) for a in args)
-                self._recorded_last = (generation, sig, dev, shape, dtype, cost, kernel)
+        if dev.completes_at_enqueue:  # a stream device: ready once enqueued
+            result = self._enqueue(dev, kernel, args, static, shape, dtype, ready)
+            if fast_ok and recording is None and result._state == READY:
+                launcher = dev.launcher(self, kernel, shape, dtype)
+                self._remember_call(args, dev, shape, dtype, 0.0, launcher, generation)
+            return result
+        cost = self.cost(shape, dtype, *args, **static)
+        if fast_ok and recording is None:
+            self._remember_call(args, dev, shape, dtype, cost, kernel, generation)
+        elif fast_ok and all(type(a) is Tensor for a in args):
+            sig = tuple((a.shape, a.dtype) for a in args)
+            self._recorded_last = (generation, sig, dev, shape, dtype, cost, kernel)
         if ready and cost <= config.inline_limit_ns:
             count_inline()
             if recording is not None:
@@ -735,10 +761,12 @@ def launch(
     return result
 
 
-# The fast sync path, after TFRT's: one or two ready tensors with the same
-# shapes, dtypes and device as the op's previous call reuse that call's rule,
-# cost and kernel lookup (a monomorphic inline cache) and run the kernel right
-# here. Everything else, and every miss, takes Op._call. Closures rather than
+# The fast sync path, after TFRT's: one or two ready tensors (or a tensor and
+# a weak scalar, for ops whose rule reads only its type) with the same shapes,
+# dtypes and device as the op's previous call reuse that call's rule, cost and
+# kernel lookup (a monomorphic inline cache) and run the kernel right here; on
+# a stream device the cached "kernel" is the device's launcher, which enqueues
+# it. Everything else, and every miss, takes Op._call. Closures rather than
 # methods: Python calls a function found on a type (Tensor.__add__) with no
 # bound-method or __call__ indirection.
 def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
@@ -769,6 +797,34 @@ def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
                 except Exception as exc:  # the failure belongs to the result
                     return op._failed(exc, shape, dtype, dev)
                 # Tensor._ready, written out: this is the hottest line.
+                t = _new(Tensor)
+                t._state = READY
+                t._value = value
+                t.shape = shape
+                t.dtype = dtype
+                t.device = dev
+                t._op = name
+                return t
+        # One tensor and a weak scalar (x * 0.5, 1 - x).
+        left = type(b) is Tensor
+        hit = op._last2l if left else op._last2r
+        if hit is not None:
+            kind, sx, dx, dev, shape, dtype, cost, kernel = hit
+            x, scalar = (b, a) if left else (a, b)
+            if (
+                type(scalar) is kind
+                and type(x) is Tensor
+                and x._state == READY
+                and x.dtype is dx
+                and x.shape == sx
+                and x.device is dev
+                and cost <= config.inline_limit_ns
+            ):
+                count_inline()
+                try:
+                    value = kernel(scalar, x._value) if left else kernel(x._value, scalar)
+                except Exception as exc:
+                    return op._failed(exc, shape, dtype, dev)
                 t = _new(Tensor)
                 t._state = READY
                 t._value = value
