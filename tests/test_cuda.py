@@ -253,3 +253,112 @@ def test_conv2d_matches_the_cpu() -> None:
         cpu = ert.conv2d(ert.asarray(x), ert.asarray(w), **kw).numpy()
         gpu = ert.conv2d(ert.asarray(x, device=DEV), ert.asarray(w, device=DEV), **kw)
         np.testing.assert_allclose(gpu.numpy(), cpu, rtol=1e-4, atol=1e-4)
+
+
+def test_cudnn_convolutions_match_the_cublas_ones_and_the_cpu() -> None:
+    from eagerrt.ops import _cuda_dnn
+
+    if _cuda_dnn._find_library() is None:
+        pytest.skip("cuDNN is not installed (pip install nvidia-cudnn-cu13)")
+    assert _cuda_dnn._library() is not None, "cuDNN is installed but could not be loaded"
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 8, 12, 12)).astype("float32")
+    w = rng.normal(size=(6, 4, 3, 3)).astype("float32")
+    b = rng.normal(size=6).astype("float32")
+    w1 = rng.normal(size=(6, 8, 3, 3)).astype("float32")
+    cases = [
+        (w1, {"padding": 1}),
+        (w, {"stride": 2, "padding": 1, "groups": 2}),
+        (w1, {"dilation": 2}),
+    ]
+    failures = []
+    for weight, kw in cases:
+        cpu = ert.conv2d(ert.asarray(x), ert.asarray(weight), ert.asarray(b), **kw).numpy()
+        on = [ert.asarray(a, device=DEV) for a in (x, weight, b)]
+        for cudnn in (True, False):
+            with ert.config.override(cuda_cudnn=cudnn):
+                try:
+                    got = ert.conv2d(*on, **kw).numpy()
+                except Exception as exc:
+                    failures.append(f"{kw} cudnn={cudnn}: {type(exc).__name__}: {exc}")
+                    continue
+            error = float(np.abs(got - cpu).max())
+            if not error <= 1e-4 * max(1.0, float(np.abs(cpu).max())):
+                failures.append(f"{kw} cudnn={cudnn}: max error {error:.3g}")
+    library = _cuda_dnn._library()
+    algos = {d.groups: p.algo for d, p in library._prepared.items()}  # type: ignore[union-attr]
+    assert not failures, f"{failures}; refused: {_cuda_dnn._refused}; algorithms: {algos}"
+    assert not _cuda_dnn._refused, _cuda_dnn._refused
+
+
+def test_a_compiled_resnet_block_fuses_its_relus_into_captured_convolutions() -> None:
+    rng = np.random.default_rng(4)
+    arrays = [rng.normal(size=s).astype("float32") * 0.2 for s in
+              [(8, 8, 3, 3), (8,), (8, 8, 1, 1), (8,)]]  # fmt: skip
+
+    def block_on(device: object) -> Any:
+        w1, b1, w2, b2 = (ert.asarray(a, device=device) for a in arrays)
+
+        def block(x: ert.Tensor) -> ert.Tensor:
+            y = ert.relu(ert.conv2d(x, w1, b1, padding=1))
+            return ert.relu(ert.conv2d(y, w2, b2) + x)
+
+        return block
+
+    f, on_cpu = ert.function(block_on(DEV)), block_on("cpu")
+    for _ in range(3):  # plain, captured, replayed
+        x = rng.normal(size=(2, 8, 10, 10)).astype("float32")
+        got = f(ert.asarray(x, device=DEV)).numpy()
+        np.testing.assert_allclose(got, on_cpu(ert.asarray(x)).numpy(), rtol=1e-4, atol=1e-4)
+    plan = f.compiled_for(ert.asarray(x, device=DEV)).plan
+    assert [s[0].name for s in plan._steps] == ["conv2d_relu", "conv2d_relu"]
+    assert plan.captured, f"not captured: {plan.runner.capture_error!r}"
+
+
+def test_eager_ops_with_scalars_launch_lean_and_match_numpy() -> None:
+    data = np.linspace(-2, 2, 1000, dtype=np.float32)
+    y, want = ert.asarray(data, device=DEV), data
+    for _ in range(50):
+        y = ert.tanh(y * 1.5 - 0.25) + y * 0.5
+        want = np.tanh(want * np.float32(1.5) - np.float32(0.25)) + want * np.float32(0.5)
+    assert y.dtype == np.float32 and y._value.handle is None
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_row_kernels_compile_and_keep_the_expressions_rules() -> None:
+    from eagerrt.ops import _cuda_nn, _cuda_rows
+
+    rng = np.random.default_rng(5)
+    scores = rng.normal(size=(3, 4, 50)).astype("float32")
+    scores[1, 2] = -np.inf  # a query with every key masked: zeros
+    got = _cuda_nn._softmax_last(cupy, cupy.asarray(scores))
+    want = _cuda_nn._softmax_last(np, scores.copy())
+    assert not _cuda_rows.failures, _cuda_rows.failures
+    np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-5, atol=1e-6)
+    assert not cupy.asnumpy(got)[1, 2].any()
+    rows, w, b = (rng.normal(size=s) for s in ((7, 384), (384,), (384,)))
+    for dtype in ("float32", "float64"):
+        args = [a.astype(dtype) for a in (rows, w, b)]
+        got = _cuda_nn._normalize_rows(cupy, *map(cupy.asarray, args[:1]), 1e-5,
+                                       *map(cupy.asarray, args[1:]))  # fmt: skip
+        want = _cuda_nn._normalize_rows(np, args[0], 1e-5, *args[1:])
+        np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-5, atol=1e-5)
+    assert not _cuda_rows.failures, _cuda_rows.failures
+
+
+def test_a_compiled_residual_layer_norm_is_one_captured_row_kernel() -> None:
+    rng = np.random.default_rng(8)
+    w, gamma, beta = (rng.normal(size=s).astype("float32") for s in ((384, 384), (384,), (384,)))
+
+    def block_on(device: object) -> Any:
+        wt, g, b = (ert.asarray(a, device=device) for a in (w, gamma, beta))
+        return lambda x: ert.layer_norm(x + ert.tanh(x @ wt), (384,), g, b)
+
+    f, on_cpu = ert.function(block_on(DEV)), block_on("cpu")
+    for _ in range(3):  # plain, captured, replayed
+        x = rng.normal(size=(4, 16, 384)).astype("float32")
+        got = f(ert.asarray(x, device=DEV)).numpy()
+        np.testing.assert_allclose(got, on_cpu(ert.asarray(x)).numpy(), rtol=1e-4, atol=1e-4)
+    plan = f.compiled_for(ert.asarray(x, device=DEV)).plan
+    assert "add_layer_norm" in [s[0].name for s in plan._steps]
+    assert plan.captured, f"not captured: {plan.runner.capture_error!r}"

@@ -15,7 +15,8 @@ import pytest
 
 import eagerrt as ert
 from eagerrt.devices.device_checks import take_checks
-from eagerrt.ops import _cuda_nn
+from eagerrt.ops import _cuda_dnn, _cuda_nn
+from eagerrt.ops.nn import _conv_geometry
 
 RNG = np.random.default_rng(7)
 
@@ -47,6 +48,82 @@ def test_conv2d(shape: tuple[int, ...], weight: tuple[int, ...], kw: Any, with_b
     b = _normal(weight[0]) if with_bias else None
     expected = ert.conv2d(x, w, b, **kw).numpy()
     _close(_cuda_nn.conv2d(x, w, b, **kw), expected, 1e-4)
+
+
+_CONV_CASES = [
+    ((2, 3, 9, 9), (4, 3, 3, 3), {}),
+    ((2, 3, 9, 9), (4, 3, 3, 3), {"stride": 2, "padding": 1}),
+    ((1, 3, 8, 8), (4, 3, 3, 3), {"dilation": 2, "padding": "same"}),
+    ((2, 4, 7, 7), (6, 2, 3, 3), {"groups": 2, "padding": (1, 2)}),
+    ((3, 8, 5, 5), (16, 8, 1, 1), {"stride": 2}),
+    ((1, 3, 15, 15), (8, 3, 7, 7), {"stride": 2, "padding": 3}),
+]
+
+
+@pytest.mark.parametrize(("shape", "weight", "kw"), _CONV_CASES)
+def test_what_cudnn_is_asked_for_is_the_convolution(
+    shape: tuple[int, ...], weight: tuple[int, ...], kw: Any
+) -> None:
+    # The descriptors the cuda device would give cuDNN, computed from in numpy.
+    x, w, b = _normal(*shape), _normal(*weight), _normal(weight[0])
+    expected = ert.conv2d(x, w, b, **kw).numpy()
+    g = _conv_geometry(x, w, b, kw.get("stride", 1), kw.get("padding", 0),
+                       kw.get("dilation", 1), kw.get("groups", 1))  # fmt: skip
+    d = _cuda_dnn.describe(x, w, g, b)
+    assert d is not None and d.out == expected.shape
+    got = _cuda_dnn.convolve(d, x, w, b)
+    assert got.dtype == np.float32
+    _close(got, expected, 1e-4)
+    residual = _normal(*expected.shape)
+    fused = _cuda_dnn.convolve(d, x, w, b, residual=residual, relu=True)
+    _close(fused, np.maximum(expected + residual, 0), 1e-4)
+
+
+def test_cudnn_is_not_asked_for_what_it_cant_do() -> None:
+    x, w = _normal(1, 2, 6, 6), _normal(3, 2, 2, 2)
+    # padding "same" for an even kernel pads one side more: cuDNN pads both alike
+    assert _cuda_dnn.describe(x, w, _conv_geometry(x, w, None, 1, "same", 1, 1)) is None
+    x64, w64 = x.astype("float64"), w.astype("float64")
+    assert _cuda_dnn.describe(x64, w64, _conv_geometry(x64, w64, None, 1, 0, 1, 1)) is None
+    assert not _cuda_dnn.available(x)  # numpy arrays: the cuBLAS kernels' path
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_conv2d_relu(residual: bool) -> None:
+    x, w, b = _normal(2, 3, 9, 9), _normal(4, 3, 3, 3), _normal(4)
+    conv = ert.conv2d(x, w, b, padding=1).numpy()
+    r = _normal(*conv.shape) if residual else None
+    expected = np.maximum(conv + (r if residual else 0), 0)
+    _close(_cuda_nn.conv2d_relu(x, w, b, r, padding=1), expected, 1e-4)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_add_layer_norm(affine: bool) -> None:
+    x, r, w, b = _normal(2, 3, 6), _normal(2, 3, 6), _normal(6), _normal(6)
+    params = (w, b) if affine else ()
+    expected = ert.layer_norm(x + r, (6,), *params).numpy()
+    got = _cuda_nn.add_layer_norm(
+        x, r, *params, normalized_shape=(6,), has_weight=affine, has_bias=affine
+    )
+    _close(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ((5, 6), (6, 4)),
+        ((2, 3, 5, 6), (6, 4)),  # leading dimensions against one matrix: one product
+        ((2, 5, 6), (2, 6, 4)),  # one batch shape: strided-batched
+        ((2, 5, 6), (1, 6, 4)),  # broadcast batches: numpy's matmul
+        ((6,), (6, 4)),
+        ((5, 0), (0, 4)),
+    ],
+)
+def test_matmul(a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    x, y = _normal(*a), _normal(*b)
+    got = _cuda_nn.matmul(x, y)
+    assert got.shape == (x @ y).shape
+    _close(got, x @ y)
 
 
 @pytest.mark.parametrize("shape", [(5, 6), (2, 3, 6), (1, 6)])

@@ -9,88 +9,16 @@ same way, so CI checks how plans are built, ordered, fed and failed.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
 import eagerrt as ert
-from eagerrt.devices.device_checks import check_later, checks_for, first_failure, take_checks
-from eagerrt.devices.stream import DeviceValue, StreamDevice
+from eagerrt.devices.device_checks import check_later
 from eagerrt.graph.native_plan import NativePlan
-
-_names = itertools.count()
-
-
-class HostPlanDevice(StreamDevice):
-    """Streams that run each launch at once, numpy natives, whole plans taken."""
-
-    runs_native_plans = True
-
-    def __init__(self) -> None:
-        super().__init__(f"hostplans:{next(_names)}")
-        self.plans_run = 0
-        self.kernels_run = 0
-
-    def _new_stream(self, kind: str) -> object:
-        return object()
-
-    def _record_event(self, stream: Any) -> object:
-        return object()
-
-    def _wait_event(self, stream: Any, event: Any) -> None:
-        pass
-
-    def _event_done(self, event: Any) -> bool:
-        return True
-
-    def _event_synchronize(self, event: Any) -> None:
-        pass
-
-    def _host_callback(self, stream: Any, callback: Callable[[], None]) -> None:
-        callback()
-
-    def call_kernel(
-        self, op: Any, kernel: Callable[..., Any], args: Sequence[Any], static: dict[str, Any]
-    ) -> Any:
-        self.kernels_run += 1
-        return np.asarray(kernel(*args, **static))
-
-    def _launch(self, stream: Any, op: Any, kernel: Any, values: Any, static: Any, *_: Any) -> Any:
-        args = [v.native if type(v) is DeviceValue else v for v in values]
-        return self.call_kernel(op, kernel, args, static), checks_for(
-            op.name, values, take_checks()
-        )
-
-    def plan_runner(
-        self, run: Callable[[list[Any]], Any], inputs: int
-    ) -> Callable[[Any, list[Any]], Any]:
-        def runner(stream: Any, natives: list[Any]) -> tuple[list[Any], list[Any]]:
-            self.plans_run += 1
-            return run(natives), take_checks()
-
-        return runner
-
-    def _launch_plan(self, stream: Any, runner: Any, natives: Any, values: Any) -> Any:
-        results, left = runner(stream, natives)
-        return results, checks_for("function", values, left)
-
-    def stream_failure(self, value: DeviceValue) -> Any:
-        return first_failure(value.handle)
-
-    def _stage(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, copy=True)
-
-    def _copy_to_device(self, stream: Any, staged: np.ndarray) -> tuple[np.ndarray, None]:
-        return staged, None
-
-    def _copy_to_host(self, stream: Any, value: DeviceValue) -> np.ndarray:
-        return np.array(value.native, copy=True)
-
-    def _unstage(self, staged: np.ndarray) -> np.ndarray:
-        return staged
+from host_stream_device import HostPlanDevice
 
 
 @pytest.fixture
@@ -188,3 +116,65 @@ def test_a_kernel_failing_at_launch_fails_every_result_naming_the_function(
     for result in (first, second):
         with pytest.raises(ert.KernelError, match="no good"):
             result.numpy()
+
+
+def test_convolutions_take_the_relu_and_residual_after_them(dev: HostPlanDevice) -> None:
+    rng = np.random.default_rng(3)
+
+    def conv_weights(o: int, c: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return rng.standard_normal((o, c, k, k)).astype("float32"), rng.standard_normal(o).astype(
+            "float32"
+        )
+
+    (w1, b1), (w2, b2), (w3, _) = (
+        conv_weights(4, 4, 3),
+        conv_weights(4, 4, 1),
+        conv_weights(4, 4, 1),
+    )
+    on_dev = [ert.asarray(a, device=dev) for a in (w1, b1, w2, b2, w3)]
+
+    def block(ws: list[ert.Tensor]) -> Callable[[ert.Tensor], tuple[ert.Tensor, ert.Tensor]]:
+        def f(x: ert.Tensor) -> tuple[ert.Tensor, ert.Tensor]:
+            y = ert.relu(ert.conv2d(x, ws[0], ws[1], padding=1))
+            out = ert.relu(x + ert.conv2d(y, ws[2], ws[3]))  # the residual on the left
+            plain = ert.conv2d(out, ws[4])
+            shared = ert.conv2d(y, ws[4])  # read twice below: not fused
+            return ert.relu(plain + out), ert.relu(shared) + shared
+
+        return f
+
+    compiled = ert.function(block(on_dev))
+    reference = block([ert.asarray(a) for a in (w1, b1, w2, b2, w3)])
+    for _ in range(2):
+        x = rng.standard_normal((2, 4, 6, 6)).astype("float32")
+        got = compiled(ert.asarray(x, device=dev))
+        for g, e in zip(got, reference(ert.asarray(x)), strict=True):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-5)
+    plan = compiled.compiled_for(ert.asarray(x, device=dev)).plan
+    assert isinstance(plan, NativePlan)
+    names = [step[0].name for step in plan._steps]
+    # relu(conv + b), relu(x + conv + b); relu(conv (no bias) + out) stays (a plan's
+    # constants are the model's own: no zero bias is made for it); the shared conv stays.
+    assert names.count("conv2d_relu") == 2 and names.count("conv2d") == 2
+
+
+def test_layer_norms_take_the_residual_sum_before_them(dev: HostPlanDevice) -> None:
+    rng = np.random.default_rng(6)
+    w, gamma, beta = (rng.standard_normal(s).astype("float32") for s in ((8, 8), (8,), (8,)))
+
+    def block_on(device: object) -> Callable[[ert.Tensor], ert.Tensor]:
+        wt, g, b = (ert.asarray(a, device=device) for a in (w, gamma, beta))
+
+        def block(x: ert.Tensor) -> ert.Tensor:
+            h = ert.layer_norm(x + ert.tanh(x @ wt), (8,), g, b)
+            return ert.layer_norm(h + (h @ wt), (8,))  # no affine
+
+        return block
+
+    compiled, reference = ert.function(block_on(dev)), block_on("cpu")
+    x = rng.standard_normal((3, 5, 8)).astype("float32")
+    got = compiled(ert.asarray(x, device=dev))
+    np.testing.assert_allclose(got.numpy(), reference(ert.asarray(x)).numpy(), rtol=1e-5, atol=1e-5)
+    plan = compiled.compiled_for(ert.asarray(x, device=dev)).plan
+    names = [step[0].name for step in plan._steps]
+    assert names.count("add_layer_norm") == 2 and "layer_norm" not in names

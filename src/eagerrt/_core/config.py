@@ -81,6 +81,10 @@ class Config:
     #: the products (PyTorch's default for its cuDNN convolutions). Off: results
     #: match the CPU's to float32 rounding.
     cuda_tf32: bool = False
+    #: The cuda device's convolutions run on cuDNN where it is installed
+    #: (``pip install nvidia-cudnn-cu13``, or the one PyTorch brings); off
+    #: (``EAGERRT_CUDA_CUDNN=0``), they run as cuBLAS products.
+    cuda_cudnn: bool = True
     #: Cost-model constants, in nanoseconds (see ``eagerrt.calibrate``): a tiny
     #: numpy call, a float32 add per element on 4 MB arrays, and a float32
     #: 256x256 matmul per flop, as measured on the reference machine.
@@ -180,6 +184,8 @@ config = Config(
     max_queued_tasks=_env_int("EAGERRT_MAX_QUEUED", 1024),
     blas=os.environ.get("EAGERRT_BLAS", "").strip().lower() or "auto",
     cuda_tf32=_env_flag("EAGERRT_CUDA_TF32"),
+    cuda_cudnn=os.environ.get("EAGERRT_CUDA_CUDNN", "1").strip().lower()
+    not in {"0", "false", "no", "off"},
 )
 
 

@@ -2,7 +2,11 @@
 
 The CPU's plans generate Python over numpy buffers; a stream device whose
 ``runs_native_plans`` is set takes a plan as one unit of work instead. The graph
-keeps the device-neutral rewrites (dead code, common subexpressions); each
+keeps the device-neutral rewrites (dead code, common subexpressions) and takes
+two of its own, for what the cuda device's kernels do in one launch (a
+convolution and the ReLU after it, :mod:`eagerrt.graph.passes.conv_relu`; a
+residual sum and the layer norm after it,
+:mod:`eagerrt.graph.passes.add_layer_norm`); each
 remaining node becomes a call of its op's kernel for that device, on native
 arrays, with no tensor, rule or scheduler in between. The device enqueues the
 whole sequence on one stream, ordered after the inputs and constants it reads
@@ -23,6 +27,7 @@ from ..devices.stream import DeviceValue, StreamDevice
 from ..tensor import Tensor
 from .ir import Graph, Value
 from .op_by_op import OpByOpPlan
+from .passes import add_layer_norm, conv_relu
 
 __all__ = ["NativePlan", "runs_native_plan"]
 
@@ -54,6 +59,10 @@ class NativePlan:
 
     def __init__(self, graph: Graph, device: StreamDevice) -> None:
         self.by_ops = OpByOpPlan(graph)  # dead code and common subexpressions gone
+        # After them (a fused node's parts are no longer shared): the fusions the
+        # cuda device's kernels make one (cuDNN's epilogue, a row kernel's sum).
+        conv_relu.run(graph)
+        add_layer_norm.run(graph)
         self.graph = graph
         self.device = device
         self.outputs = graph.outputs

@@ -72,6 +72,7 @@ def matmul_into(
     accumulate: bool = False,
     out_ld: int | None = None,
     tf32: bool = False,
+    alpha: float = 1.0,
 ) -> None:
     """``out[i] (+)= A_i @ B_i`` for each i of ``out``'s first axis, row-major:
     A_i (m x k), B_i (k x n), or (n x k) read transposed with ``b_transposed``.
@@ -79,7 +80,8 @@ def matmul_into(
     ``a`` and ``b`` are C-contiguous (batch, rows, cols) arrays, a batch of 1
     shared by every product, or :class:`Operand` windows of any array; ``out``
     is C-contiguous (batch, m, out_ld) with ``out_ld >= n`` (default n).
-    ``tf32`` lets float32 products round their inputs to TensorFloat-32.
+    ``tf32`` lets float32 products round their inputs to TensorFloat-32;
+    ``alpha`` scales each product (cuBLAS's alpha: no pass of its own).
     """
     batch = out.shape[0]
     out_ld = n if out_ld is None else out_ld
@@ -91,7 +93,8 @@ def matmul_into(
     # cuBLAS is column-major: the row-major out^T = B^T A^T is the same memory
     # read column-major, B first. A row-major matrix read column-major is its
     # transpose, so B's operand is transposed only where B is given as (n, k).
-    call = _Call(_T if b_transposed else _N, _N, n, m, k, b, a, out_ld, m * out_ld, batch)
+    transa = _T if b_transposed else _N
+    call = _Call(transa, _N, n, m, k, b, a, out_ld, m * out_ld, batch, alpha)
     if type(out) is np.ndarray:
         _emulate(out, call, accumulate)
     else:
@@ -112,6 +115,7 @@ class _Call(NamedTuple):
     ldc: int
     stride_c: int
     batch: int
+    alpha: float = 1.0
 
 
 def _operand(x: Any, batch: int) -> Operand:
@@ -143,6 +147,8 @@ def _emulate(out: np.ndarray, call: _Call, accumulate: bool) -> None:
             flat_out[i * call.stride_c :], shape=(m, n), strides=(out.itemsize, ldc * out.itemsize)
         )
         product = first @ second
+        if call.alpha != 1.0:
+            product *= call.alpha
         if accumulate:
             c += product
         else:
@@ -153,7 +159,7 @@ def _call_cublas(out: Any, call: _Call, accumulate: bool, tf32: bool) -> None:
     data, compute_name, scalar = _TYPES[out.dtype]
     if tf32 and out.dtype == np.float32:
         compute_name = "CUBLAS_COMPUTE_32F_FAST_TF32"
-    alpha, beta = np.ones((), scalar), np.asarray(1 if accumulate else 0, scalar)
+    alpha, beta = np.asarray(call.alpha, scalar), np.asarray(1 if accumulate else 0, scalar)
     itemsize = out.itemsize
     first, second = call.first, call.second
     args = (

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..devices.device_checks import check_later
-from . import _cuda_gemm
+from . import _cuda_dnn, _cuda_gemm, _cuda_rows
 from ._rules import as_float
 from .nn import (
     _adaptive_size,
@@ -35,8 +35,11 @@ from .nn import (
 
 __all__ = [
     "adaptive_avg_pool2d",
+    "matmul",
+    "add_layer_norm",
     "avg_pool2d",
     "conv2d",
+    "conv2d_relu",
     "embedding",
     "gelu",
     "group_norm",
@@ -57,6 +60,32 @@ def _xp(a: Any) -> Any:
 
 
 # -- products ---------------------------------------------------------------------------
+def matmul(a: Any, b: Any) -> Any:
+    """``a @ b`` through :func:`._cuda_gemm.matmul_into` (so compiled plans
+    capture it; CuPy's own refuses cuBLAS while capturing): one product for
+    a (..., m, k) @ (k, n), one strided-batched product for operands of one
+    batch shape; anything else (vectors, broadcast batches, other dtypes)
+    as CuPy's ``matmul``."""
+    xp = _xp(a)
+    if a.ndim < 2 or b.ndim < 2 or not _cuda_gemm.supported(a, b) or a.shape[-1] != b.shape[-2]:
+        return xp.matmul(a, b)
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    if b.ndim == 2:  # every row of a against one matrix: a single product
+        rows = math.prod(a.shape[:-1])
+        out = xp.empty((1, rows, n), a.dtype)
+        left = xp.ascontiguousarray(a).reshape(1, rows, k)
+        _cuda_gemm.matmul_into(out, left, xp.ascontiguousarray(b)[None], m=rows, n=n, k=k)
+        return out.reshape(*a.shape[:-1], n)
+    if a.shape[:-2] != b.shape[:-2]:
+        return xp.matmul(a, b)
+    batch = math.prod(a.shape[:-2])
+    out = xp.empty((batch, m, n), a.dtype)
+    left = xp.ascontiguousarray(a).reshape(batch, m, k)
+    right = xp.ascontiguousarray(b).reshape(batch, k, n)
+    _cuda_gemm.matmul_into(out, left, right, m=m, n=n, k=k)
+    return out.reshape(*a.shape[:-2], m, n)
+
+
 def linear(x: Any, weight: Any, bias: Any = None) -> Any:
     """``x @ weight.T + bias``: one cuBLAS product over all leading dimensions
     (cuBLAS reads the (out, in) weight transposed where it lies)."""
@@ -85,14 +114,20 @@ def conv2d(
     dilation: Any = 1,
     groups: int = 1,
 ) -> Any:
-    """conv2d as cuBLAS products sharing the weight across the batch: a 1x1
-    stride-1 convolution multiplies the images as they are; another stride-1
-    one sums one product per tap over shifted windows of the padded images
-    (:func:`_shifted_products`); a strided one gathers its input columns once
-    (im2col, a strided view of the padded input copied in one pass)."""
+    """conv2d: cuDNN's where it is installed (:mod:`._cuda_dnn`); else cuBLAS
+    products sharing the weight across the batch: a 1x1 stride-1 convolution
+    multiplies the images as they are; another stride-1 one sums one product
+    per tap over shifted windows of the padded images (:func:`_shifted_products`);
+    a strided one gathers its input columns once (im2col, a strided view of the
+    padded input copied in one pass)."""
     xp = _xp(x)
     g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
     x4 = x if x.ndim == 4 else x[None]
+    dnn = _cuda_dnn.describe(x4, weight, g, bias) if _cuda_dnn.available(x) else None
+    if dnn is not None:
+        out = _cuda_dnn.convolve(dnn, xp.ascontiguousarray(x4), xp.ascontiguousarray(weight), bias)
+        if out is not None:  # else cuDNN refused it: the products below
+            return out if x.ndim == 4 else out[0]
     cg, og = g.c // g.groups, g.o // g.groups
     taps = cg * g.kh * g.kw
     if g.groups == 1 and g.kh == g.kw == 1 and g.sh == g.sw == 1 and not (g.ph or g.pw):
@@ -109,6 +144,41 @@ def conv2d(
     if bias is not None:
         out += bias.reshape(-1, 1, 1)
     return out if x.ndim == 4 else out[0]
+
+
+def conv2d_relu(
+    x: Any,
+    weight: Any,
+    bias: Any = None,
+    residual: Any = None,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Any:
+    """``relu(conv2d(x, weight, bias) + residual)`` (a compiled plan's fused
+    node, ``graph/passes/conv_relu.py``): one cuDNN kernel where cuDNN takes
+    the convolution, else the convolution, then the sum and ReLU in place."""
+    xp = _xp(x)
+    g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    if x.ndim == 4 and _cuda_dnn.available(x):
+        dnn = _cuda_dnn.describe(x, weight, g, bias)
+        if dnn is not None and (residual is None or residual.dtype == x.dtype):
+            fused = _cuda_dnn.convolve(
+                dnn,
+                xp.ascontiguousarray(x),
+                xp.ascontiguousarray(weight),
+                bias,
+                residual=None if residual is None else xp.ascontiguousarray(residual),
+                relu=True,
+            )
+            if fused is not None:
+                return fused
+    out = conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    if residual is not None:
+        out += residual
+    return xp.maximum(out, 0, out=out)
 
 
 def _shared_weight_products(xp: Any, weight: Any, cols: Any) -> Any:
@@ -195,9 +265,10 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> Any:
-    """``softmax(q @ k^T * scale + mask) @ v`` as three cuBLAS-backed steps:
-    batched scores, a softmax over keys, batched values. Queries that may
-    attend to nothing give zeros (PyTorch's rule)."""
+    """``softmax(q @ k^T * scale + mask) @ v`` as three steps: batched scores
+    (cuBLAS, the scale its alpha), a softmax over keys (one kernel,
+    :func:`_softmax_last`), batched values (cuBLAS). Queries that may attend to
+    nothing give zeros (PyTorch's rule)."""
     xp = _xp(q)
     g = _attention_geometry(q, k, v, mask, is_causal, enable_gqa)
     factor = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
@@ -215,12 +286,13 @@ def scaled_dot_product_attention(
         scores = xp.empty((batch, g.length, g.source), q.dtype)
         queries, keys = flat(q, g.length, g.embed), flat(k, g.source, g.embed)
         _cuda_gemm.matmul_into(
-            scores, queries, keys, m=g.length, n=g.source, k=g.embed, b_transposed=True
-        )
+            scores, queries, keys, m=g.length, n=g.source, k=g.embed, b_transposed=True,
+            alpha=factor,
+        )  # fmt: skip
         scores = scores.reshape(*g.batch, g.length, g.source)
     else:
         scores = xp.matmul(q, xp.swapaxes(k, -1, -2))
-    scores *= scores.dtype.type(factor)
+        scores *= scores.dtype.type(factor)
     allowed = None
     if is_causal:
         allowed = xp.tril(xp.ones((g.length, g.source), dtype=bool), g.source - g.length)
@@ -230,12 +302,7 @@ def scaled_dot_product_attention(
         scores += mask
     if allowed is not None:
         scores = xp.where(allowed, scores, scores.dtype.type(-np.inf))
-    top = scores.max(axis=-1, keepdims=True)
-    top = xp.where(xp.isfinite(top), top, top.dtype.type(0))  # rows with no key allowed
-    scores -= top
-    weights = xp.exp(scores, out=scores)
-    total = weights.sum(axis=-1, keepdims=True)
-    weights /= xp.where(total > 0, total, total.dtype.type(1))
+    weights = _softmax_last(xp, scores)
     if not supported:
         return xp.matmul(weights, v)
     out = xp.empty((batch, g.length, g.value_embed), q.dtype)
@@ -245,14 +312,52 @@ def scaled_dot_product_attention(
     return out.reshape(*g.batch, g.length, g.value_embed)
 
 
+def _softmax_last(xp: Any, scores: Any) -> Any:
+    """Softmax over the last axis, in place: one row kernel on the GPU
+    (``ops/_cuda_rows.py``), else expressions. A row with no finite maximum
+    (every key masked) is shifted by 0, and one summing to 0 divided by 1:
+    zeros."""
+    if xp is not np and scores.flags.c_contiguous:
+        rows = scores.reshape(-1, scores.shape[-1])
+        if _cuda_rows.takes(rows) and _cuda_rows.softmax_rows(rows, rows) is not None:
+            return scores
+    top = scores.max(axis=-1, keepdims=True)
+    top = xp.where(xp.isfinite(top), top, top.dtype.type(0))
+    scores -= top
+    weights = xp.exp(scores, out=scores)
+    total = weights.sum(axis=-1, keepdims=True)
+    weights /= xp.where(total > 0, total, total.dtype.type(1))
+    return weights
+
+
 # -- normalization ---------------------------------------------------------------------------
-def _normalize_rows(xp: Any, rows: Any, eps: float) -> Any:
-    """Rows normalized to mean 0 and (biased) variance 1, in a new array."""
+def _normalize_rows(
+    xp: Any, rows: Any, eps: float, weight: Any = None, bias: Any = None, residual: Any = None
+) -> Any:
+    """Rows (plus ``residual``'s, if given) normalized to mean 0 and (biased)
+    variance 1, then ``* weight + bias`` (each if given, of the rows' length),
+    in a new array: one row kernel on the GPU (``ops/_cuda_rows.py``), else
+    expressions."""
+    if xp is not np:
+        rows = xp.ascontiguousarray(rows)
+        extra = [a for a in (weight, bias, residual) if a is not None]
+        if _cuda_rows.takes(rows) and all(
+            a.dtype == rows.dtype and a.flags.c_contiguous for a in extra
+        ):
+            out = _cuda_rows.layer_norm_rows(rows, weight, bias, eps, residual)
+            if out is not None:
+                return out
+    if residual is not None:
+        rows = rows + residual
     mean = rows.mean(axis=-1, keepdims=True)
     centered = rows - mean
     var = (centered * centered).mean(axis=-1, keepdims=True)
     var += var.dtype.type(eps)
     centered *= 1 / xp.sqrt(var)
+    if weight is not None:
+        centered *= weight
+    if bias is not None:
+        centered += bias
     return centered
 
 
@@ -268,12 +373,30 @@ def layer_norm(
     xp = _xp(x)
     weight, bias = _affine(affine, has_weight, has_bias)
     cols = math.prod(_normalized_shape(normalized_shape))
-    out = _normalize_rows(xp, x.reshape(-1, cols), float(eps))
-    if weight is not None:
-        out *= weight.reshape(cols)
-    if bias is not None:
-        out += bias.reshape(cols)
-    return out.reshape(x.shape)
+    weight = None if weight is None else weight.reshape(cols)
+    bias = None if bias is None else bias.reshape(cols)
+    return _normalize_rows(xp, x.reshape(-1, cols), float(eps), weight, bias).reshape(x.shape)
+
+
+def add_layer_norm(
+    x: Any,
+    residual: Any,
+    *affine: Any,
+    normalized_shape: Any = (),
+    has_weight: bool = False,
+    has_bias: bool = False,
+    eps: float = 1e-5,
+) -> Any:
+    """``layer_norm(x + residual)`` (a compiled plan's fused node,
+    ``graph/passes/add_layer_norm.py``): the sum is never written, the row
+    kernel reads both."""
+    xp = _xp(x)
+    weight, bias = _affine(affine, has_weight, has_bias)
+    cols = math.prod(_normalized_shape(normalized_shape))
+    weight = None if weight is None else weight.reshape(cols)
+    bias = None if bias is None else bias.reshape(cols)
+    rows, extra = x.reshape(-1, cols), xp.ascontiguousarray(residual).reshape(-1, cols)
+    return _normalize_rows(xp, rows, float(eps), weight, bias, extra).reshape(x.shape)
 
 
 def group_norm(

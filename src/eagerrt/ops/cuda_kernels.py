@@ -4,8 +4,11 @@ live in :mod:`._cuda_nn`).
 
 Imported by the op registry the first time a cuda device looks up a kernel
 (``CudaDevice.kernel_module``), so CuPy is only imported where it is used.
-Every other op runs its generic kernel on cupy arrays through numpy's dispatch
-protocols; one that can't falls back to the host (``dev.host_fallbacks``).
+The elementwise ops whose generic kernel is a numpy ufunc get CuPy's ufunc of
+that name: numpy's dispatch would reach the same one through
+``__array_ufunc__``, a few microseconds later, on every launch. Every other op
+runs its generic kernel on cupy arrays through numpy's dispatch protocols; one
+that can't falls back to the host (``dev.host_fallbacks``).
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from . import _cuda_nn
-from .registry import get_op
+from .elementwise import UFUNC_OPS
+from .registry import GENERIC, get_op
 
 try:
     import cupy as cp
@@ -32,7 +38,7 @@ def _fill(*, shape: tuple[int, ...], dtype: Any, fill: Any = None) -> Any:
 
 def _kernels() -> dict[str, Callable[..., Any]]:
     return {
-        "matmul": cp.matmul,  # cuBLAS
+        "matmul": _cuda_nn.matmul,  # cuBLAS, called so that plans capture it
         "conv2d": _cuda_nn.conv2d,
         "linear": _cuda_nn.linear,
         "scaled_dot_product_attention": _cuda_nn.scaled_dot_product_attention,
@@ -52,6 +58,18 @@ def _kernels() -> dict[str, Callable[..., Any]]:
     }
 
 
+def _ufuncs() -> dict[str, Callable[..., Any]]:
+    """CuPy's ufunc for each elementwise op whose generic kernel is numpy's of that name."""
+    found = {}
+    for name, op in UFUNC_OPS.items():
+        generic = op.kernels.get(GENERIC)
+        if isinstance(generic, np.ufunc):
+            ufunc = getattr(cp, generic.__name__, None)
+            if isinstance(ufunc, type(cp.add)):
+                found[name] = ufunc
+    return found
+
+
 if cp is not None:
-    for _name, _kernel in _kernels().items():
+    for _name, _kernel in {**_ufuncs(), **_kernels()}.items():
         get_op(_name).register_kernel("cuda", _kernel)

@@ -1,0 +1,122 @@
+"""Fuse a convolution with the ReLU (and residual sum) after it, for native plans.
+
+A ResNet's layers end in ``relu(conv(x, w, b))`` or, closing a block,
+``relu(conv(y, w, b) + x)``: run as written, on a GPU, each is a convolution
+and then one or two passes over its whole output. cuDNN computes ``relu(conv(x) + bias + z)`` in the
+convolution's own kernel, so a native plan (the cuda device's, which runs the
+graph's nodes as its kernels) takes them as one node::
+
+    %1 = conv2d(%x, %w, %b)              ->  %3 = conv2d_relu(%x, %w, %b, %r)
+    %2 = add(%1, %r)
+    %3 = relu(%2)
+
+The node's cuda kernel is ``ops._cuda_nn.conv2d_relu``; its generic one
+computes the same in numpy (convolution, sum, ReLU). Refused: a convolution
+or sum something else also reads (it would be computed twice), a residual of
+another shape or dtype than the convolution's output, or one added to a
+convolution without a bias.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...ops import _cuda_nn
+from ...ops.nn import _conv2d_kernel, _conv2d_rule
+from ...ops.registry import GENERIC, Op
+from ..ir import Graph, Node, Value
+from ._rewrite import builtin, make_node, single_reader
+
+__all__ = ["conv2d_relu", "run"]
+
+
+def _rule(
+    x: Any, weight: Any, bias: Any = None, residual: Any = None, **conv: Any
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    shape, dtype = _conv2d_rule(x, weight, bias, **conv)
+    if residual is not None and (tuple(residual.shape) != tuple(shape) or residual.dtype != dtype):
+        raise ValueError(f"the residual {residual.shape} must match the convolution's {shape}")
+    return shape, dtype
+
+
+def _kernel(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
+    **conv: Any,
+) -> np.ndarray:
+    out = _conv2d_kernel(x, weight, bias, **conv)
+    if residual is not None:
+        out += residual
+    return np.maximum(out, 0, out=out)
+
+
+#: ``relu(conv2d(x, w, b) + residual)``: the fused node's op (a pass's own, not
+#: registered by name).
+conv2d_relu = Op("conv2d_relu", _rule, operands=4, weak_scalars=False, doc=__doc__)
+conv2d_relu.register_kernel(GENERIC, _kernel)
+conv2d_relu.register_kernel("cuda", _cuda_nn.conv2d_relu)
+
+
+def run(graph: Graph) -> int:
+    """Fuse in place; returns how many ReLUs took their convolution."""
+    count = 0
+    for relu in list(graph.nodes):
+        if not builtin(relu, "relu"):
+            continue
+        counts = graph.use_counts()
+        fused = _fused(graph, relu, counts)
+        if fused is None:
+            continue
+        new, gone = fused
+        graph.nodes[graph.nodes.index(relu)] = new  # every operand is defined before the ReLU
+        for node in gone:
+            graph.nodes.remove(node)
+        count += 1
+    if count:
+        graph.note("conv + relu", f"{count} convolutions took the ReLU (and sum) after them")
+    return count
+
+
+def _conv_of(graph: Graph, value: Any, counts: dict[int, int]) -> Node | None:
+    """The conv2d node computing ``value``, if the fused node is its only reader."""
+    if type(value) is not Value or value.node is None or not single_reader(graph, value, counts):
+        return None
+    node = value.node
+    return node if builtin(node, "conv2d") else None
+
+
+def _fused(graph: Graph, relu: Node, counts: dict[int, int]) -> tuple[Node, list[Node]] | None:
+    """The fused node replacing ``relu``, and the nodes it makes redundant."""
+    (source,) = relu.inputs
+    conv = _conv_of(graph, source, counts)
+    residual = None
+    gone: list[Node] = []
+    if conv is not None:
+        gone = [conv]
+    elif type(source) is Value and source.node is not None and builtin(source.node, "add"):
+        add = source.node
+        if not single_reader(graph, source, counts):
+            return None
+        a, b = add.inputs
+        for candidate, other in ((a, b), (b, a)):
+            conv = _conv_of(graph, candidate, counts)
+            if conv is not None and type(other) is Value:
+                residual = other
+                gone = [conv, add]
+                break
+        else:
+            return None
+    else:
+        return None
+    x, weight, *rest = conv.inputs
+    inputs = [x, weight, *rest]
+    if residual is not None:
+        if not rest:  # operands can't be None, and a plan's constants are the model's own
+            return None
+        inputs.append(residual)
+    node = make_node(conv2d_relu, inputs, dict(conv.static), site=relu.site, output=relu.out)
+    return None if node is None else (node, gone)
