@@ -2,10 +2,11 @@
 
 Where a model's time goes on the GPU: each layer is timed alone (CUDA events
 around ``reps`` back-to-back calls, best of a few rounds) as eagerrt's cuda
-kernel (im2col and one strided-batched cuBLAS product, or the images themselves
-for 1x1 stride-1 layers) in float32 and on TF32 tensor cores
-(``config.cuda_tf32``), and as ``torch.nn.functional.conv2d`` with and without
-TF32. Needs a GPU, CuPy and PyTorch.
+kernel through cuDNN (``ops/_cuda_dnn.py``) in float32 and on TF32 tensor cores
+(``config.cuda_tf32``), as its cuBLAS products (``config.cuda_cudnn`` off:
+shifted windows, im2col, or the images themselves for 1x1 layers) on TF32, and
+as ``torch.nn.functional.conv2d`` with and without TF32. Needs a GPU, CuPy and
+PyTorch.
 
 ``python benchmarks/bench_cuda_conv.py [--quick] [--batch 32]``.
 """
@@ -65,9 +66,9 @@ def main() -> None:
     reps, rounds = (3, 2) if args.quick else (10, 3)
     rng = np.random.default_rng(0)
     print(f"conv2d at batch {args.batch}, ms per call (best of {rounds} x {reps} calls)")
-    header = ["layer", "eagerrt fp32", "eagerrt tf32", "torch fp32", "torch tf32", "tf32 ratio"]
-    print(" | ".join(header))
-    totals = np.zeros(4)
+    header = ["layer", "eagerrt fp32", "eagerrt tf32", "cuBLAS tf32", "torch fp32", "torch tf32"]
+    print(" | ".join([*header, "fp32 ratio", "tf32 ratio"]))
+    totals = np.zeros(5)
     for name, c, o, k, s, p, side in LAYERS:
         x = rng.standard_normal((args.batch, c, side, side), np.float32)
         w = rng.standard_normal((o, c, k, k), np.float32) * 0.05
@@ -81,8 +82,8 @@ def main() -> None:
         def theirs(xt: Any = xt, wt: Any = wt, s: int = s, p: int = p) -> Any:
             return F.conv2d(xt, wt, stride=s, padding=p)
 
-        for tf32 in (False, True):
-            with ert.config.override(cuda_tf32=tf32):
+        for tf32, cudnn in ((False, True), (True, True), (True, False)):
+            with ert.config.override(cuda_tf32=tf32, cuda_cudnn=cudnn):
                 row.append(_time(cp, ours, reps, rounds))
         for tf32 in (False, True):
             torch.backends.cudnn.allow_tf32 = tf32
@@ -90,8 +91,14 @@ def main() -> None:
                 row.append(_time(cp, theirs, reps, rounds))
         torch.backends.cudnn.allow_tf32 = True
         totals += row
-        print(f"{name} | " + " | ".join(f"{t:.3f}" for t in row) + f" | {row[1] / row[3]:.2f}x")
-    print("all | " + " | ".join(f"{t:.3f}" for t in totals) + f" | {totals[1] / totals[3]:.2f}x")
+        ratios = f" | {row[0] / row[3]:.2f}x | {row[1] / row[4]:.2f}x"
+        print(f"{name} | " + " | ".join(f"{t:.3f}" for t in row) + ratios)
+    ratios = f" | {totals[0] / totals[3]:.2f}x | {totals[1] / totals[4]:.2f}x"
+    print("all | " + " | ".join(f"{t:.3f}" for t in totals) + ratios)
+    from eagerrt.ops import _cuda_dnn
+
+    library = _cuda_dnn._library()
+    print("cuDNN:", f"version {library.version}" if library else "not found (cuBLAS path only)")
     sys.stdout.flush()
 
 

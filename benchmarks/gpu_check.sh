@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU check of the cuda device in one run, on a machine with an NVIDIA GPU
 # and its own Python packages (CuPy, PyTorch, numba, sentence-transformers,
-# pytest): the cuda tests, benchmarks/bench_cuda.py and the models on cuda
-# against PyTorch CUDA. Runs from the source tree (PYTHONPATH=src); writes each
+# pytest): the cuda tests, benchmarks/bench_cuda.py, the models on cuda
+# against PyTorch CUDA, and where the compiled models' time goes
+# (benchmarks/profile_cuda_plan.py). Runs from the source tree (PYTHONPATH=src); writes each
 # result to $OUT (default ./gpu-results), so that one run gives every figure.
 #
 #   bash benchmarks/gpu_check.sh [--quick]
@@ -35,9 +36,14 @@ for name in ("cupy", "torch", "numba", "sentence_transformers", "pytest"):
 import cupy
 print("cuda runtime", cupy.cuda.runtime.runtimeGetVersion(), "driver", cupy.cuda.runtime.driverGetVersion())
 print("device", cupy.cuda.runtime.getDeviceProperties(0)["name"])
+import sys
+sys.path.insert(0, "src")
+from eagerrt.ops import _cuda_dnn
+found = _cuda_dnn._find_library()
+library = _cuda_dnn._library()
+print("cudnn", found, "version", library.version if library else "not loaded")
 EOF
-} >"$OUT/env.txt" 2>&1
-cat "$OUT/env.txt" | tee -a "$LOG"
+} 2>&1 | tee -a "$LOG"
 
 step "packages"
 SITE=/tmp/site
@@ -80,5 +86,10 @@ step "benchmarks/bench_cuda_conv.py"
 timeout 30 "$PY" benchmarks/bench_cuda_conv.py $QUICK >"$OUT/bench_cuda_conv.txt" 2>&1
 echo "bench_cuda_conv exit $?" | tee -a "$LOG"
 cat "$OUT/bench_cuda_conv.txt" | tee -a "$LOG"
+
+step "benchmarks/profile_cuda_plan.py"
+timeout 60 "$PY" benchmarks/profile_cuda_plan.py --batch 32 >"$OUT/profile.txt" 2>&1
+echo "profile_cuda_plan exit $?" | tee -a "$LOG"
+cat "$OUT/profile.txt" | tee -a "$LOG"
 
 step "done"
