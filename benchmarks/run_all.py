@@ -45,6 +45,7 @@ BENCHMARKS = {
     "graph": "bench_graph",
     "profiler": "bench_profiler",
     "reliability": "bench_reliability",
+    "in_place": "bench_in_place",
     "models": "models",
 }
 

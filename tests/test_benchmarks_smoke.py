@@ -33,6 +33,7 @@ TINY: dict[str, dict[str, Any]] = {
         "rounds": 1,
     },
     "models": {"batches": (1,), "length": 16, "concurrent": 2, "rounds": 1, "settle": 0.0},
+    "bench_in_place": {"rows": 20, "cols": 30, "rounds": 2},
 }
 
 

@@ -273,3 +273,61 @@ def test_a_0d_result_takes_item_assignment_and_exports_through_dlpack() -> None:
     assert float(s) == 5.0
     assert np.from_dlpack(ert.asarray(1.0) + 1).shape == ()
     assert float(np.from_dlpack(ert.asarray(2.0) * 3)) == 6.0
+
+
+# -- in-place operators into the tensor's own buffer -----------------------------------------
+def _buffer(t: ert.Tensor) -> int:
+    t.wait()
+    return int(t._value.ctypes.data)
+
+
+def test_an_in_place_op_nobody_else_sees_writes_into_the_tensors_own_buffer() -> None:
+    t = ert.asarray(np.zeros((50, 40)))
+    t += 1
+    buffer = _buffer(t)
+    t += 2.5
+    t *= 2
+    t -= ert.ones(40)  # a broadcast tensor operand of the same dtype
+    assert _buffer(t) == buffer
+    assert values(t)[0][0] == 6.0  # read, and the array it gave dropped: t's alone again
+    t += 1
+    assert _buffer(t) == buffer and values(t)[0][0] == 7.0
+    i = ert.arange(5, dtype=ert.int32)
+    i += 1
+    i_buffer = _buffer(i)
+    i += 2
+    assert _buffer(i) == i_buffer and values(i) == [3, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("holder", ["view", "reshaped", "handed out", "pending reader"])
+def test_whatever_still_sees_the_buffer_keeps_its_values(
+    holder: str, gate: Callable[[], Gate]
+) -> None:
+    t = ert.asarray(np.zeros(6))
+    t += 0
+    g = gate()
+    held: Any = {
+        "view": lambda: t[1:3],
+        "reshaped": lambda: t.reshape(2, 3),
+        "handed out": lambda: t.numpy(),
+        "pending reader": lambda: t + g(np.ones(6)),  # reads t once the gate opens
+    }[holder]()
+    t += 1
+    g.open()
+    got = held.tolist() if isinstance(held, np.ndarray) else values(held)
+    assert np.asarray(got).ravel().tolist() == [1.0 if holder == "pending reader" else 0.0] * (
+        len(np.asarray(got).ravel())
+    )
+    assert values(t) == [1.0] * 6
+
+
+def test_in_place_ops_that_change_dtype_or_shape_still_refuse() -> None:
+    i = ert.asarray(np.zeros(3, np.int8))
+    with pytest.raises(ert.DTypeError):
+        i += 0.5
+    f = ert.asarray(np.zeros(3, np.float32))
+    f += ert.asarray(np.ones(3))  # float64 operand: cast back into float32, same kind
+    assert f.dtype == np.float32 and values(f) == [1.0] * 3
+    with pytest.raises(ert.ShapeError):
+        f += ert.ones((2, 3))
+    assert values(i) == [0, 0, 0]

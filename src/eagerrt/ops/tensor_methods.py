@@ -75,9 +75,17 @@ for _dunder, _name in {
 
 def _inplace(op: Op) -> Any:
     call2 = op.call2
+    name = f"__i{op.name}__"
 
-    def method(self: Tensor, other: Any, /) -> Tensor:
-        return writes.in_place(self, lambda: call2(self, other), f"__i{op.name}__")
+    if op is matmul:
+
+        def method(self: Tensor, other: Any, /) -> Tensor:
+            return writes.in_place(self, lambda: call2(self, other), name)
+
+    else:  # elementwise: into the tensor's own buffer where nothing else sees it
+
+        def method(self: Tensor, other: Any, /) -> Tensor:
+            return writes.in_place_ufunc(self, op, other, name)
 
     return method
 

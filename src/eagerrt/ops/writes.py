@@ -25,8 +25,10 @@ mutation of memory something else may still read.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import types
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -206,6 +208,68 @@ def in_place(t: Tensor, compute: Callable[[], Tensor], op: str) -> Tensor:
     _refuse_stream_device(t, op, None)
     with _write_lock:
         return replace(t, compute(), op)
+
+
+def _references(holder: Any) -> int:
+    """How many references ``holder._value`` has, counted as :data:`_ALONE` was."""
+    return sys.getrefcount(holder._value)
+
+
+#: The count :func:`_references` gives for an array held by one object alone
+#: (measured: what the interpreter counts for locals and arguments varies by version).
+_ALONE = _references(types.SimpleNamespace(_value=np.zeros(1)))
+
+
+def in_place_ufunc(t: Tensor, op: Op, other: Any, name: str) -> Tensor:
+    """``t op= other`` for an elementwise op: into ``t``'s own buffer where
+    nothing else can see it (:func:`_into_own_buffer`), else as a new version
+    (:func:`in_place`)."""
+    with _write_lock:
+        if _into_own_buffer(t, op, other):
+            return t
+        return in_place(t, lambda: op.call2(t, other), name)
+
+
+def _into_own_buffer(t: Tensor, op: Op, other: Any) -> bool:
+    """``t op= other`` computed into ``t``'s array itself, numpy's ``out=``:
+    no second buffer, no copy (numpy's own ``a += 1`` speed). Only where that
+    can't break value semantics or ordering: ``t`` and ``other`` ready on a
+    device whose kernel is the numpy ufunc, no task reading ``t``, its array
+    its own (not a view) and referenced by ``t`` alone (no view of it, no array
+    handed out, no plan keeping it), and the result of ``t``'s shape and
+    dtype. Says whether it wrote (else nothing happened)."""
+    if t._state != READY or profiling.active is not None or getattr(t, "_readers", None):
+        return False
+    if type(other) is Tensor:
+        if other._state != READY or other.device is not t.device:
+            return False
+        native = other._value
+    elif type(other) in _SCALARS:
+        native = other
+    else:
+        return False
+    kernel = op._kernel_for(t.device)
+    if not isinstance(kernel, np.ufunc) or kernel.nin != 2:
+        return False
+    try:
+        shape, dtype = op.rule(t, other)
+    except Exception:  # the general path raises it, at the user's line
+        return False
+    if shape != t.shape or dtype != t.dtype:
+        return False
+    t._forget_host()  # the cache of the array t.numpy() hands out (the array itself)
+    # One reference more than a lone tensor's array has is a view, an array
+    # handed out or a plan's constant, which must keep its values. (Counted
+    # before this function names the array: that would be one more.)
+    if _references(t) > _ALONE:
+        return False
+    array = t._value
+    if type(array) is not np.ndarray or array.base is not None or not array.flags.owndata:
+        return False
+    # Read-only because t.numpy() handed it out once; nobody holds it now.
+    array.flags.writeable = True
+    kernel(array, native, out=array)
+    return True
 
 
 def _refuse_stream_device(t: Tensor, op: str, value: Any) -> None:
