@@ -19,7 +19,7 @@ import importlib
 import math
 from typing import Any
 
-from . import devices, fft, graph, linalg, lowlevel, pipeline, serving, weights
+from . import devices, einops_backend, fft, graph, linalg, lowlevel, pipeline, serving, weights
 from ._core.config import Config, config, sync_mode
 from ._core.deterministic import deterministic
 from ._core.errors import (
@@ -82,6 +82,11 @@ pi = math.pi
 inf = math.inf
 nan = math.nan
 newaxis = None
+
+
+# einops finds eagerrt's backend whichever of the two is imported first (without
+# importing einops here).
+einops_backend.install()
 
 
 def __getattr__(name: str) -> Any:
