@@ -94,10 +94,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     result = asyncio.run(
         run_load(args.host, args.port, requests=args.requests, clients=args.clients)
     )
+    if args.json:
+        figures = {"requests_per_s": result.throughput, "p50_s": result.p50, "p99_s": result.p99}
+        print(json.dumps({**figures, "errors": result.errors, "labels": result.labels}))
+        return
     print(
         f"{result.throughput:.0f} requests/s, p50 {result.p50 * 1e3:.2f} ms, "
         f"p99 {result.p99 * 1e3:.2f} ms, {result.errors} errors"

@@ -162,3 +162,13 @@ def _tiny_run(run: Any, sizes: dict[str, Any]) -> Any:
         return run(quick=quick, **sizes)
 
     return tiny
+
+
+def test_bench_fastapi_runs_its_servers_and_reports() -> None:
+    # Not in run_all (it starts four servers); here at its tiniest.
+    pytest.importorskip("fastapi", reason="fastapi and uvicorn are in the test extra")
+    pytest.importorskip("uvicorn", reason="fastapi and uvicorn are in the test extra")
+    result = _import("bench_fastapi").run(quick=True, requests=40, clients=4, rounds=1)
+    _check_result(result)
+    assert result["figures"]["same_answers"] == 1.0
+    assert "batched_vs_numpy" in result["targets"]

@@ -394,3 +394,61 @@ def test_serve_load_measures_a_running_server() -> None:
         thread.join(30)
     assert done.returncode == 0, done.stderr
     assert "requests/s" in done.stdout and "0 errors" in done.stdout
+
+
+def test_the_fastapi_example_serves_the_same_answers_each_way() -> None:
+    # A real uvicorn server per way, on 127.0.0.1, each loaded from another process.
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    pytest.importorskip("fastapi", reason="fastapi and uvicorn are in the test extra")
+    pytest.importorskip("uvicorn", reason="fastapi and uvicorn are in the test extra")
+    examples = pathlib.Path(__file__).resolve().parents[1] / "examples"
+    assert (examples / "serve_fastapi.py").exists()  # imported: its servers run as children
+    sys.path.insert(0, str(examples))
+    try:
+        import serve_fastapi
+    finally:
+        sys.path.remove(str(examples))
+    labels = {}
+    for mode in serve_fastapi.MODES:
+        with serve_fastapi.server_process(mode) as port:
+            command = [sys.executable, str(examples / "serve_load.py"), "--port", str(port)]
+            done = subprocess.run(
+                [*command, "--requests", "120", "--clients", "8", "--json"],
+                capture_output=True,
+                text=True,
+                timeout=110,
+                check=True,
+            )
+        figures = json.loads(done.stdout)
+        assert figures["errors"] == 0 and figures["requests_per_s"] > 0, mode
+        labels[mode] = figures["labels"]
+    assert len(labels["numpy"]) == 120
+    assert labels["numpy"] == labels["compiled"] == labels["batched"]
+
+
+@pytest.mark.parametrize("offload", [True, False])
+async def test_a_plain_model_runs_off_the_event_loop_unless_asked_not_to(offload: bool) -> None:
+    import threading
+
+    threads: list[int] = []
+
+    def plain(x: ert.Tensor) -> ert.Tensor:
+        threads.append(threading.get_ident())
+        return x * 2
+
+    async def asynchronous(x: ert.Tensor) -> ert.Tensor:
+        threads.append(threading.get_ident())
+        return x * 2
+
+    loop_thread = threading.get_ident()
+    for model in (plain, asynchronous):
+        async with MicroBatcher(model, max_batch_size=2, offload=offload) as batcher:
+            got = await batcher(row(1.0))
+        assert got.numpy().tolist() == [2.0] * 3
+    plain_thread, async_thread = threads
+    assert (plain_thread != loop_thread) is offload  # a batch's inline kernels leave the loop
+    assert async_thread == loop_thread  # an async def model is awaited where it is

@@ -25,7 +25,7 @@ and this module maps its primitives onto CuPy's documented API:
 * checks a kernel makes on the device (an embedding index out of range) fail
   the result when the host reads it (``devices/device_checks.py``);
 * eager ops called again with the same operand shapes and dtypes launch
-  through the lean path (``StreamDevice.launcher``, :meth:`CudaDevice._launch_fast`);
+  through the lean path (``StreamDevice.launcher``, ``CudaDevice._launch_fast``);
 * compiled plans (``ert.function``) run as one unit of work on a stream,
   captured into a CUDA graph on their second call and replayed from then on
   (``devices/cuda_graphs.py``);
