@@ -11,10 +11,25 @@ from typing import Any
 
 import numpy as np
 
-from eagerrt.devices.device_checks import checks_for, first_failure, take_checks
+import eagerrt as ert
+from eagerrt.devices.device_checks import check_later, checks_for, first_failure, take_checks
 from eagerrt.devices.stream import DeviceValue, StreamDevice
 
-__all__ = ["HostPlanDevice"]
+__all__ = ["HostPlanDevice", "checked"]
+
+#: Identity whose kernel leaves a device-side check: fails if any value is negative.
+checked = ert.define_op(
+    "host_stream_test_checked",
+    rule=lambda x: (x.shape, x.dtype),
+    doc="Identity whose kernel leaves a device-side check: fails if any value is negative.",
+)
+
+
+@checked.kernel()
+def _checked_kernel(x: Any) -> Any:
+    check_later(np.asarray((x < 0).any()), "a negative value")
+    return x * 1
+
 
 _names = itertools.count()
 

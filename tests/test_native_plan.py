@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
-from eagerrt.devices.device_checks import check_later
 from eagerrt.graph.native_plan import NativePlan
-from host_stream_device import HostPlanDevice
+from host_stream_device import HostPlanDevice, checked
 
 
 @pytest.fixture
@@ -26,19 +25,6 @@ def dev() -> Iterator[HostPlanDevice]:
     device = HostPlanDevice()
     ert.register_device(device)
     yield device
-
-
-_checked = ert.define_op(
-    "native_plan_test_checked",
-    rule=lambda x: (x.shape, x.dtype),
-    doc="Identity whose kernel leaves a device-side check: fails if any value is negative.",
-)
-
-
-@_checked.kernel()
-def _checked_kernel(x: Any) -> Any:
-    check_later(np.asarray((x < 0).any()), "a negative value")
-    return x * 1
 
 
 def test_a_compiled_function_runs_as_one_plan(dev: HostPlanDevice) -> None:
@@ -90,7 +76,7 @@ def test_inputs_not_ready_run_op_by_op(dev: HostPlanDevice, gate: Any) -> None:
 
 
 def test_checks_left_by_kernels_fail_the_read(dev: HostPlanDevice) -> None:
-    compiled = ert.function(lambda x: _checked(x) + 1)
+    compiled = ert.function(lambda x: checked(x) + 1)
     ok = compiled(ert.asarray(np.ones(3), device=dev))
     np.testing.assert_array_equal(ok.numpy(), np.full(3, 2.0))
     bad = compiled(ert.asarray(-np.ones(3), device=dev))

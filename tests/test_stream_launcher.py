@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
-from eagerrt.devices.device_checks import check_later
-from host_stream_device import HostPlanDevice
+from host_stream_device import HostPlanDevice, checked
 
 
 @pytest.fixture
@@ -65,28 +64,15 @@ def test_operands_on_two_streams_are_ordered_by_the_full_path(dev: HostPlanDevic
     assert c.numpy().tolist() == [3.0] * 4
 
 
-_checked = ert.define_op(
-    "launcher_test_checked",
-    rule=lambda x: (x.shape, x.dtype),
-    doc="Identity whose kernel leaves a device-side check: fails if any value is negative.",
-)
-
-
-@_checked.kernel()
-def _checked_kernel(x: Any) -> Any:
-    check_later(np.asarray((x < 0).any()), "a negative value")
-    return x * 1
-
-
 def test_checks_a_kernel_leaves_still_fail_the_read(dev: HostPlanDevice) -> None:
     good = ert.asarray(np.ones(3, np.float32), device=dev)
     bad = ert.asarray(-np.ones(3, np.float32), device=dev)
     for _ in range(2):
-        assert _checked(good).numpy().tolist() == [1.0] * 3
+        assert checked(good).numpy().tolist() == [1.0] * 3
     with pytest.raises(ert.KernelError, match="a negative value"):
-        _checked(bad).numpy()
+        checked(bad).numpy()
     with pytest.raises(ert.KernelError, match="a negative value"):
-        (_checked(bad) + 1.0).numpy()  # a dependent carries the check
+        (checked(bad) + 1.0).numpy()  # a dependent carries the check
 
 
 def test_a_kernel_failing_on_a_warm_signature_fails_its_result(dev: HostPlanDevice) -> None:

@@ -782,7 +782,7 @@ def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
             and b._state == READY
         ):
             sa, sb, da, db, dev, shape, dtype, cost, kernel = hit
-            if (
+            if not (
                 a.dtype is da
                 and b.dtype is db
                 and a.shape == sa
@@ -791,27 +791,16 @@ def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
                 and b.device is dev
                 and cost <= config.inline_limit_ns
             ):
-                count_inline()
-                try:
-                    value = kernel(a._value, b._value)
-                except Exception as exc:  # the failure belongs to the result
-                    return op._failed(exc, shape, dtype, dev)
-                # Tensor._ready, written out: this is the hottest line.
-                t = _new(Tensor)
-                t._state = READY
-                t._value = value
-                t.shape = shape
-                t.dtype = dtype
-                t.device = dev
-                t._op = name
-                return t
-        # One tensor and a weak scalar (x * 0.5, 1 - x).
-        left = type(b) is Tensor
-        hit = op._last2l if left else op._last2r
-        if hit is not None:
+                return op._call((a, b), None, {})
+            first, second = a._value, b._value
+        else:  # one tensor and a weak scalar (x * 0.5, 1 - x)?
+            left = type(b) is Tensor
+            hit = op._last2l if left else op._last2r
+            if hit is None:
+                return op._call((a, b), None, {})
             kind, sx, dx, dev, shape, dtype, cost, kernel = hit
             x, scalar = (b, a) if left else (a, b)
-            if (
+            if not (
                 type(scalar) is kind
                 and type(x) is Tensor
                 and x._state == READY
@@ -820,20 +809,22 @@ def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
                 and x.device is dev
                 and cost <= config.inline_limit_ns
             ):
-                count_inline()
-                try:
-                    value = kernel(scalar, x._value) if left else kernel(x._value, scalar)
-                except Exception as exc:
-                    return op._failed(exc, shape, dtype, dev)
-                t = _new(Tensor)
-                t._state = READY
-                t._value = value
-                t.shape = shape
-                t.dtype = dtype
-                t.device = dev
-                t._op = name
-                return t
-        return op._call((a, b), None, {})
+                return op._call((a, b), None, {})
+            first, second = (scalar, x._value) if left else (x._value, scalar)
+        count_inline()
+        try:
+            value = kernel(first, second)
+        except Exception as exc:  # the failure belongs to the result
+            return op._failed(exc, shape, dtype, dev)
+        # Tensor._ready, written out: this is the hottest line.
+        t = _new(Tensor)
+        t._state = READY
+        t._value = value
+        t.shape = shape
+        t.dtype = dtype
+        t.device = dev
+        t._op = name
+        return t
 
     call2.__name__ = call2.__qualname__ = name
     return call2
