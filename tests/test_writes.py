@@ -331,3 +331,56 @@ def test_in_place_ops_that_change_dtype_or_shape_still_refuse() -> None:
     with pytest.raises(ert.ShapeError):
         f += ert.ones((2, 3))
     assert values(i) == [0, 0, 0]
+
+
+# -- writes through basic-index views reach the base (numpy's and array_api_strict's rule) ---
+def test_a_write_through_a_view_reaches_its_base() -> None:
+    c = ert.zeros((2, 3))
+    v = c[0]
+    v[1] = 5.0
+    assert values(c) == [[0.0, 5.0, 0.0], [0.0, 0.0, 0.0]] and values(v) == [0.0, 5.0, 0.0]
+    a = ert.zeros((2, 2, 2))
+    a[1][0][1] = 7  # a view of a view of a view
+    assert values(a)[1][0][1] == 7.0 and float(ert.sum(a)) == 7.0
+
+
+def test_adding_to_a_diagonal_through_a_view_as_scikit_learn_does() -> None:
+    # sklearn.utils._array_api._add_to_diagonal on covariances[k, :, :]
+    covariances = ert.zeros((2, 3, 3))
+    for k in range(2):
+        covariance = covariances[k, :, :]
+        for i in range(3):
+            covariance[i, i] += 0.5 * (k + 1)
+    expected = np.zeros((2, 3, 3))
+    for k in range(2):
+        expected[k][np.diag_indices(3)] += 0.5 * (k + 1)
+    assert values(covariances) == expected.tolist()
+
+
+def test_a_view_written_after_its_base_sees_the_bases_writes_first() -> None:
+    x = ert.arange(6.0)
+    y = x[1:5]
+    y += 1  # in place through the view
+    x[2] = 100  # the base: y keeps its values until it is written (value semantics)
+    assert values(y) == [2.0, 3.0, 4.0, 5.0]
+    y[0] = -1  # through the view: numpy's view would show x[2] = 100 by now
+    assert values(x) == [0.0, -1.0, 100.0, 4.0, 5.0, 5.0]
+    assert values(y) == [-1.0, 100.0, 4.0, 5.0]
+
+
+def test_writes_through_views_are_ordered_with_pending_work(gate: Callable[[], Gate]) -> None:
+    g = gate()
+    base = g(np.zeros(4))  # pending until the gate opens
+    view = base[1:3]
+    view[0] = 9.0
+    reader = base * 1  # issued after the write: sees it
+    assert not base.is_ready()
+    g.open()
+    assert values(base) == [0.0, 9.0, 0.0, 0.0] and values(reader) == [0.0, 9.0, 0.0, 0.0]
+
+
+def test_an_array_index_gives_a_copy_whose_writes_stay_its_own() -> None:
+    x = ert.arange(4.0)
+    picked = x[ert.asarray([0, 2])]  # numpy: advanced indexing copies
+    picked[0] = 50.0
+    assert values(x) == [0.0, 1.0, 2.0, 3.0] and values(picked) == [50.0, 2.0]

@@ -80,7 +80,22 @@ class Tensor(AsyncValue):
     # read the current version; ``_holds`` queues, for each write not yet done,
     # a stand-in value that completes when the version before it does, so the
     # readers of that version wake then while readers after the write wait on.
-    __slots__ = ("_holds", "_host", "_op", "_readers", "device", "dtype", "shape")
+    #
+    # A basic-index view (``t[0]``, ``t[1:3]``) keeps ``_view_of``: (its base,
+    # the index, the base's ``_writes`` when the view last matched it), so that
+    # a write through the view also writes its base; ``_writes`` counts a
+    # tensor's writes. Both unset on other tensors.
+    __slots__ = (
+        "_holds",
+        "_host",
+        "_op",
+        "_readers",
+        "_view_of",
+        "_writes",
+        "device",
+        "dtype",
+        "shape",
+    )
 
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
@@ -89,6 +104,8 @@ class Tensor(AsyncValue):
     _host: np.ndarray
     _holds: collections.deque[AsyncValue]
     _readers: set[Any]
+    _view_of: tuple[Tensor, Any, int]
+    _writes: int
 
     # Tensors compare elementwise (ops install __eq__) yet hash by identity, as
     # PyTorch's do: asyncio's combinators (gather, wait, as_completed) key their

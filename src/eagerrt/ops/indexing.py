@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._core.errors import DTypeError, OutOfBoundsError
-from ..tensor import Tensor
+from ..tensor import TRACED, Tensor
 from ._rules import normalize_axis
 from .manipulation import _need_tensor, _view_cost
 from .registry import GENERIC, call_error, define_op, elementwise_cost, exposes
@@ -128,19 +128,20 @@ _gather.register_kernel(GENERIC, lambda x, *arrays, template: x[fill_index(templ
 
 
 def index_tensor(x: Tensor, key: Any, /) -> Tensor:
-    """``x[key]`` for any index numpy takes: ``Tensor.__getitem__``."""
+    """``x[key]`` for any index numpy takes: ``Tensor.__getitem__``. A basic
+    index gives a view: a write through it writes ``x`` too (``ops/writes.py``)."""
     index = key
     if type(index) is not tuple:
         if isinstance(index, _BASIC_INDEX_TYPES):
-            return getitem(x, index=index)
+            return _view(x, getitem(x, index=index), index)
     elif all(isinstance(p, _BASIC_INDEX_TYPES) for p in index):
-        return getitem(x, index=index)
+        return _view(x, getitem(x, index=index), index)
     try:
         template, operands = split_index(index, x.device)
     except DTypeError as exc:
         raise call_error(DTypeError, "getitem", (x,), {"index": index}, str(exc)) from None
     if not operands:
-        return getitem(x, index=template)
+        return _view(x, getitem(x, index=template), template)
     if any(o.dtype.kind == "b" for o in operands):
         # numpy checks the masks against x (shapes, broadcasting with the
         # integer arrays) once their data is here: the error is still raised now.
@@ -153,6 +154,19 @@ def index_tensor(x: Tensor, key: Any, /) -> Tensor:
             ) from None
         template, operands = _resolve_masks(template, operands)
     return _gather(x, *operands, template=template)
+
+
+def _view(base: Tensor, view: Tensor, index: Any) -> Tensor:
+    """Mark ``view`` (``base[index]``, a basic index) as a view of ``base``, where
+    writes are the host's (not while tracing, not on a stream device)."""
+    if (
+        view is not base
+        and type(view) is Tensor
+        and base._state != TRACED
+        and not base.device.completes_at_enqueue
+    ):
+        view._view_of = (base, index, getattr(base, "_writes", 0))
+    return view
 
 
 def _resolve_masks(

@@ -12,7 +12,11 @@ ordered like MXNet's read/write dependencies:
 When ``t`` is ready, nothing reads it in the background and the write is cheap,
 it happens right here (the fast path); otherwise ``t`` turns pending until the
 write is done. The new version is a copy with the write applied, never a
-mutation of memory something else may still read.
+mutation of memory something else may still read; an elementwise in-place
+operator on an array nothing else can see writes into it (:func:`in_place_ufunc`).
+
+A write through a basic-index view (``t[0][1] = 5``) also writes the view's
+base, as numpy's does (:func:`_through_view`).
 
 >>> import eagerrt as ert
 >>> t = ert.zeros(4, dtype=ert.int32)
@@ -192,14 +196,47 @@ def write(
     **static: Any,
 ) -> None:
     """Give ``t`` the version ``kernel(old, value, *operands, **static)``,
-    ordered after every earlier reader of ``t`` and before every later one."""
+    ordered after every earlier reader of ``t`` and before every later one;
+    through a view, its base too (:func:`_through_view`)."""
     _refuse_stream_device(t, name, value)
     if config.sync_active:  # wait before taking the lock: a kernel may issue writes
         for v in (t, value, *operands, *[r.result for r in list(getattr(t, "_readers", ()))]):
             if type(v) is Tensor and v._state == PENDING:
                 v.wait()
     with _write_lock:
-        _write(t, name, kernel, value, operands, static)
+        view = getattr(t, "_view_of", None)
+        if view is not None and t._state != TRACED:
+            _through_view(t, view, name, kernel, value, operands, static)
+        else:
+            _write(t, name, kernel, value, operands, static)
+        t._writes = getattr(t, "_writes", 0) + 1
+
+
+def _through_view(
+    t: Tensor,
+    view: tuple[Tensor, Any, int],
+    name: str,
+    kernel: Callable[..., Any],
+    value: Any,
+    operands: list[Tensor],
+    static: dict[str, Any],
+) -> None:
+    """A write to ``t``, a basic-index view of ``base``, reaches ``base`` (as
+    numpy's and array_api_strict's do: scikit-learn adds to a covariance's
+    diagonal through a view). If ``base`` was written since ``t`` last matched
+    it, ``t`` first takes ``base[index]`` as it is now (numpy's view would show
+    those writes); then the write applies to ``t``, and ``base[index] = t``
+    (a write of ``base``, itself propagated if ``base`` is a view). Each is an
+    ordinary ordered write: pending values on either side wait as usual.
+    Writes to ``base`` don't reach its views (value semantics)."""
+    from .indexing import index_tensor
+
+    base, index, seen = view
+    if getattr(base, "_writes", 0) != seen:
+        _write(t, "view", _replace, index_tensor(base, index), [], {})
+    _write(t, name, kernel, value, operands, static)
+    setitem(base, index, t)
+    t._view_of = (base, index, base._writes)
 
 
 def in_place(t: Tensor, compute: Callable[[], Tensor], op: str) -> Tensor:
@@ -239,6 +276,8 @@ def _into_own_buffer(t: Tensor, op: Op, other: Any) -> bool:
     handed out, no plan keeping it), and the result of ``t``'s shape and
     dtype. Says whether it wrote (else nothing happened)."""
     if t._state != READY or profiling.active is not None or getattr(t, "_readers", None):
+        return False
+    if getattr(t, "_view_of", None) is not None:  # its base must be written too
         return False
     if type(other) is Tensor:
         if other._state != READY or other.device is not t.device:
