@@ -337,15 +337,15 @@ class Tensor(AsyncValue):
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        """Export the data as a DLPack capsule (blocks until ready, like numpy()).
+        """Export the data as a DLPack capsule (blocks until ready, like numpy();
+        on a stream device, until the device has made it: a cupy array's
+        capsule on cuda).
 
         The capsule shares this tensor's memory, marked read-only where the
         consumer understands DLPack 1.0's flag; a consumer of the older
         protocol gets a copy (eagerrt never hands out writable shared memory).
         """
-        if self._state == PENDING:
-            self.wait()
-        native = self._native()
+        native = self._made_native()
         if isinstance(native, np.generic):  # a 0-d result held as a numpy scalar
             native = np.asarray(native)
         kwargs: dict[str, Any] = {"stream": stream} if stream is not None else {}
@@ -366,9 +366,19 @@ class Tensor(AsyncValue):
         """``(device type, device id)`` as DLPack numbers them (1, 0 is the CPU)."""
         if self.device.name == "cpu":
             return (1, 0)
+        return tuple(self._made_native().__dlpack_device__())
+
+    def _made_native(self) -> Any:
+        """The device-native array once it is made (blocks): what DLPack exports.
+        A stream device's value is ready once enqueued; its array is made when
+        the device's event says so."""
         if self._state == PENDING:
             self.wait()
-        return tuple(self._native().__dlpack_device__())
+        device = self.device
+        if device.completes_at_enqueue and self._state == READY:
+            device.host_ready(self._value).wait()  # type: ignore[attr-defined]
+            return device.native_result(self._value)  # type: ignore[attr-defined]
+        return self._native()
 
     def item(self) -> Any:
         """The single element as a Python scalar (blocks until ready)."""

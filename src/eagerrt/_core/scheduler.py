@@ -169,8 +169,22 @@ def stats() -> Stats:
     )
 
 
+#: Devices' own waits for their outstanding work (a stream device's streams),
+#: called by :func:`synchronize` with the seconds left: devices live above this
+#: layer, so they register here (``on_synchronize``).
+_device_waits: list[Callable[[float | None], None]] = []
+
+
+def on_synchronize(wait: Callable[[float | None], None]) -> None:
+    """Have :func:`synchronize` also call ``wait(seconds_left)`` (None: no limit),
+    which blocks until a device's enqueued work is done or raises
+    :class:`WaitTimeoutError`."""
+    _device_waits.append(wait)
+
+
 def synchronize(timeout: float | None = None) -> None:
-    """Wait for all outstanding work; raise the errors nobody has read, once each.
+    """Wait for all outstanding work, the devices' streams included; raise the
+    errors nobody has read, once each.
 
     One unread failure is raised as its :class:`KernelError`; several as an
     ``ExceptionGroup`` of them. Raises :class:`WaitTimeoutError` if the work is
@@ -200,6 +214,8 @@ def synchronize(timeout: float | None = None) -> None:
                     f"synchronize() timed out after {timeout} s with "
                     f"{len(_outstanding)} op(s) still running"
                 )
+    for device_wait in list(_device_waits):
+        device_wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
     failures = take_unobserved()
     if not failures:
         return

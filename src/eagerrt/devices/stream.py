@@ -46,6 +46,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,8 +54,8 @@ from typing import Any
 import numpy as np
 
 from .._core.async_value import READY, AsyncValue
-from .._core.errors import DeviceError, EagerError
-from .._core.scheduler import Executor
+from .._core.errors import DeviceError, EagerError, WaitTimeoutError
+from .._core.scheduler import Executor, on_synchronize
 from .._core.workers import _count_value, never_run_tasks_here
 from .base import Device
 
@@ -734,13 +735,33 @@ class StreamDevice(Device):
                     still.append((event, done))
             pending = still
 
-    def synchronize(self) -> None:
-        """Block until all work enqueued on this device so far is done."""
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Block until all work enqueued on this device so far is done (raises
+        :class:`~eagerrt.WaitTimeoutError` if it isn't within ``timeout`` s)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         for stream in list(self._streams.values()):
+            if stream.lost or not stream.enqueued:
+                continue  # a parent's stream in a forked child (its work ran there), or idle
             with stream.lock:
+                last = stream.last_event
+                if (
+                    last is not None
+                    and last.position >= stream.enqueued
+                    and self._event_done(last.native)
+                ):
+                    continue  # nothing enqueued since an event that is done
                 event = self._record(stream)
             next(self._host_syncs)
-            self._event_synchronize(event.native)
+            if deadline is None:
+                self._event_synchronize(event.native)
+                continue
+            while not self._event_done(event.native):  # polled: a native wait can't time out
+                if time.monotonic() > deadline:
+                    raise WaitTimeoutError(
+                        f"synchronize() timed out after {timeout} s waiting for {self.name}'s "
+                        f"stream {stream.name}"
+                    )
+                time.sleep(0.0005)
         self._tidy(None)
 
 
@@ -754,6 +775,16 @@ def _refuse_lost(value: DeviceValue) -> None:
 
 
 _stream_devices: weakref.WeakSet[StreamDevice] = weakref.WeakSet()
+
+
+def _synchronize_stream_devices(timeout: float | None) -> None:
+    """``ert.synchronize()``'s wait for every stream device's streams."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for device in list(_stream_devices):
+        device.synchronize(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+
+on_synchronize(_synchronize_stream_devices)
 
 
 def _reset_stream_devices_after_fork() -> None:

@@ -44,7 +44,7 @@ import numpy as np
 
 from .._core import profiling
 from .._core.errors import Failure, user_line
-from .stream import DeviceMemoryError, DeviceValue, StreamDevice
+from .stream import DeviceMemoryError, DeviceValue, StreamDevice, _stream_devices
 
 __all__ = ["HostBlockPool", "ThreadStreamDevice"]
 
@@ -351,7 +351,9 @@ class ThreadStreamDevice(StreamDevice):
 
     # -- lifetime -------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Stop the stream threads once their queued work is done."""
+        """Stop the stream threads once their queued work is done (``ert.synchronize()``
+        no longer waits for this device: nothing would run what it enqueues)."""
+        _stream_devices.discard(self)
         for stream in self._threads:
             stream.queue.put(_STOP)
         for stream in self._threads:
