@@ -463,9 +463,10 @@ class StreamDevice(Device):
 
     def _launch_fast(self, stream: Any, kernel: Callable[..., Any], values: Sequence[Any]) -> Any:
         """Enqueue ``kernel`` on ``stream`` for :meth:`launcher`'s common case:
-        the result's native, or None to take :meth:`enqueue` instead (which runs
-        the kernel again, so the first run must have had no effect: a kernel
-        that raised, or left checks). Devices override this with a leaner launch."""
+        the result's native, or None to take :meth:`enqueue` instead (a kernel
+        that raised or left checks; enqueue runs it again, which a kernel, a
+        pure function of its operands, allows). Devices override this with a
+        leaner launch."""
         return None
 
     def _stream_after(self, values: Sequence[Any]) -> tuple[Stream, list[Event]]:
