@@ -384,3 +384,15 @@ def test_an_array_index_gives_a_copy_whose_writes_stay_its_own() -> None:
     picked = x[ert.asarray([0, 2])]  # numpy: advanced indexing copies
     picked[0] = 50.0
     assert values(x) == [0.0, 1.0, 2.0, 3.0] and values(picked) == [50.0, 2.0]
+
+
+def test_an_int_for_every_axis_picks_a_copy_as_numpys_scalar() -> None:
+    t = ert.zeros((2, 2))
+    x = t[0, 0]  # numpy: a scalar, not a view
+    x += 1
+    assert values(t) == [[0.0, 0.0], [0.0, 0.0]] and float(x) == 1.0
+    t[1, 1] += 2  # read, add, write back: numpy's meaning of the statement
+    assert values(t) == [[0.0, 0.0], [0.0, 2.0]]
+    end = t[1][..., 1]  # a 0-d view, as numpy's a[..., i]
+    end[()] = 7
+    assert values(t)[1][1] == 7.0

@@ -158,9 +158,15 @@ def index_tensor(x: Tensor, key: Any, /) -> Tensor:
 
 def _view(base: Tensor, view: Tensor, index: Any) -> Tensor:
     """Mark ``view`` (``base[index]``, a basic index) as a view of ``base``, where
-    writes are the host's (not while tracing, not on a stream device)."""
+    writes are the host's (not while tracing, not on a stream device). As in
+    numpy, an int for every axis picks one element as a copy, not a view."""
+    parts = index if type(index) is tuple else (index,)
+    one_element = len(parts) == base.ndim and all(
+        isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in parts
+    )
     if (
-        view is not base
+        not one_element
+        and view is not base
         and type(view) is Tensor
         and base._state != TRACED
         and not base.device.completes_at_enqueue

@@ -308,6 +308,7 @@ def _into_own_buffer(t: Tensor, op: Op, other: Any) -> bool:
     # Read-only because t.numpy() handed it out once; nobody holds it now.
     array.flags.writeable = True
     kernel(array, native, out=array)
+    t._writes = getattr(t, "_writes", 0) + 1  # views of t must see it was written
     return True
 
 
