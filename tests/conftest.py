@@ -33,6 +33,10 @@ import pytest
 
 import eagerrt as ert
 
+# A script tests/test_clients.py runs in a child process (SciPy's array API support
+# must be on before SciPy is imported): the doctest collector must not import it.
+collect_ignore = ["clients/run_clients.py"]
+
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 if str(EXAMPLES) not in sys.path:
     sys.path.append(str(EXAMPLES))

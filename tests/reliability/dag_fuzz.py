@@ -468,17 +468,61 @@ def reference(dag: Dag) -> tuple[list[np.ndarray], list[frozenset[int]]]:
     nodes each depends on (writes merge the written value's into the target's)."""
     values: list[Any] = [None] * len(dag.shapes)
     taints: list[frozenset[int]] = [frozenset()] * len(dag.shapes)
+    # eagerrt's views: an index result remembers its base, the key and the base's
+    # write count; a write through it first takes the base's region if the base
+    # was written since, then writes the base at the key (its taint too).
+    view_of: dict[int, tuple[int, Any, int]] = {}
+    writes = [0] * len(dag.shapes)
+
+    def write(var: int, new: Callable[[np.ndarray], np.ndarray], taint: frozenset[int]) -> None:
+        view = view_of.get(var)
+        if view is not None:
+            base, key, seen = view
+            if writes[base] != seen:  # the view takes the base's current region
+                values[var] = np.asarray(values[base][key]).copy()
+                taints[var] = taints[var] | taints[base]
+        values[var] = new(values[var])
+        taints[var] = taints[var] | taint
+        if view is not None:
+            base, key, _ = view
+
+            def assign(old: np.ndarray, key: Any = key, part: Any = values[var]) -> Any:
+                out = old.copy()
+                out[key] = part
+                return out
+
+            write(base, assign, taints[var])
+            view_of[var] = (base, key, writes[base])
+        writes[var] += 1
+
     with np.errstate(all="ignore"):
         for s in dag.stmts:
             if s.kind == "leaf":
                 values[s.out] = dag.inputs[s.params[0]]
                 continue
-            values[s.out] = _np_step(s, values)
             taint = frozenset().union(*(taints[i] for i in s.args))
+            if s.kind in ("setitem", "iadd"):  # s.out is s.args[0], written
+                write(
+                    s.out,
+                    lambda old, s=s: _np_step(s, [*values[: s.out], old, *values[s.out + 1 :]]),
+                    taint,
+                )
+                continue
+            values[s.out] = _np_step(s, values)
             if s.kind == "fail":
                 taint |= {s.params[0]}
             taints[s.out] = taint
+            if s.kind == "index" and not _one_element(s.params[0], dag.shapes[s.args[0]]):
+                view_of[s.out] = (s.args[0], s.params[0], writes[s.args[0]])
     return values, taints
+
+
+def _one_element(key: Any, shape: Shape) -> bool:
+    """An int for every axis: numpy's scalar, a copy (eagerrt's too), not a view."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return len(parts) == len(shape) and all(
+        isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in parts
+    )
 
 
 def build(dag: Dag, inputs: Sequence[ert.Tensor]) -> list[ert.Tensor]:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._core.errors import DTypeError, OutOfBoundsError
-from ..tensor import TRACED, Tensor
+from ..tensor import Tensor
 from ._rules import normalize_axis
 from .manipulation import _need_tensor, _view_cost
 from .registry import GENERIC, call_error, define_op, elementwise_cost, exposes
@@ -157,9 +157,10 @@ def index_tensor(x: Tensor, key: Any, /) -> Tensor:
 
 
 def _view(base: Tensor, view: Tensor, index: Any) -> Tensor:
-    """Mark ``view`` (``base[index]``, a basic index) as a view of ``base``, where
-    writes are the host's (not while tracing, not on a stream device). As in
-    numpy, an int for every axis picks one element as a copy, not a view."""
+    """Mark ``view`` (``base[index]``, a basic index) as a view of ``base`` (not
+    on a stream device, whose tensors take no writes; while tracing too, so a
+    compiled function writes through views as its eager calls do). As in numpy,
+    an int for every axis picks one element as a copy, not a view."""
     parts = index if type(index) is tuple else (index,)
     one_element = len(parts) == base.ndim and all(
         isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in parts
@@ -168,7 +169,6 @@ def _view(base: Tensor, view: Tensor, index: Any) -> Tensor:
         not one_element
         and view is not base
         and type(view) is Tensor
-        and base._state != TRACED
         and not base.device.completes_at_enqueue
     ):
         view._view_of = (base, index, getattr(base, "_writes", 0))

@@ -205,7 +205,7 @@ def write(
                 v.wait()
     with _write_lock:
         view = getattr(t, "_view_of", None)
-        if view is not None and t._state != TRACED:
+        if view is not None:
             _through_view(t, view, name, kernel, value, operands, static)
         else:
             _write(t, name, kernel, value, operands, static)
@@ -229,14 +229,28 @@ def _through_view(
     (a write of ``base``, itself propagated if ``base`` is a view). Each is an
     ordinary ordered write: pending values on either side wait as usual.
     Writes to ``base`` don't reach its views (value semantics)."""
-    from .indexing import index_tensor
-
-    base, index, seen = view
-    if getattr(base, "_writes", 0) != seen:
-        _write(t, "view", _replace, index_tensor(base, index), [], {})
+    _refresh_view(t)
+    base, index, _ = t._view_of
     _write(t, name, kernel, value, operands, static)
     setitem(base, index, t)
     t._view_of = (base, index, base._writes)
+
+
+def _refresh_view(t: Tensor) -> None:
+    """If ``t`` is a view whose base was written since it last matched it, make
+    ``base[index]`` (as it is now) ``t``'s version first: what numpy's view would
+    show to the write about to happen (hold ``_write_lock``)."""
+    view = getattr(t, "_view_of", None)
+    if view is None:
+        return
+    base, index, seen = view
+    if getattr(base, "_writes", 0) == seen:
+        return
+    from .indexing import index_tensor
+
+    _write(t, "view", _replace, index_tensor(base, index), [], {})
+    t._view_of = (base, index, base._writes)
+    t._writes = getattr(t, "_writes", 0) + 1
 
 
 def in_place(t: Tensor, compute: Callable[[], Tensor], op: str) -> Tensor:
@@ -244,6 +258,7 @@ def in_place(t: Tensor, compute: Callable[[], Tensor], op: str) -> Tensor:
     no other thread's write in between (it would be lost)."""
     _refuse_stream_device(t, op, None)
     with _write_lock:
+        _refresh_view(t)  # a view computes from what its base shows now
         return replace(t, compute(), op)
 
 
@@ -376,7 +391,13 @@ def _write(
             name, t.device.name, task.compute, (value, *operands, t), t, task.site, cost
         )
     with _transition_lock:
-        if t._state == PENDING:
+        failed_meanwhile = t._state == ERROR
+        if failed_meanwhile:
+            # Its producer failed on another thread since the check above: a
+            # failed tensor stays failed (made pending again, this write would
+            # run its kernel on the failure).
+            pass
+        elif t._state == PENDING:
             # The version before this write is still to come: its readers (the
             # waiters so far) move to a hold that completes with it.
             hold = AsyncValue()
@@ -390,6 +411,11 @@ def _write(
         else:  # ready: pending again until this write is done
             t._state = PENDING
             t._waiters = None
+    if failed_meanwhile:
+        for o in inputs:
+            if o is not t:
+                o._untrack_reader(task)
+        return
     t._forget_host()
     schedule(task, waits)
 
