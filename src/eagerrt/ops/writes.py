@@ -204,9 +204,8 @@ def write(
             if type(v) is Tensor and v._state == PENDING:
                 v.wait()
     with _write_lock:
-        view = getattr(t, "_view_of", None)
-        if view is not None:
-            _through_view(t, view, name, kernel, value, operands, static)
+        if getattr(t, "_view_of", None) is not None:
+            _through_view(t, name, kernel, value, operands, static)
         else:
             _write(t, name, kernel, value, operands, static)
         t._writes = getattr(t, "_writes", 0) + 1
@@ -214,7 +213,6 @@ def write(
 
 def _through_view(
     t: Tensor,
-    view: tuple[Tensor, Any, int],
     name: str,
     kernel: Callable[..., Any],
     value: Any,
