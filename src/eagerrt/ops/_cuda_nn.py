@@ -120,12 +120,47 @@ def conv2d(
     per tap over shifted windows of the padded images (:func:`_shifted_products`);
     a strided one gathers its input columns once (im2col, a strided view of the
     padded input copied in one pass)."""
-    xp = _xp(x)
     g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    return _convolve(_xp(x), x, weight, bias, g)
+
+
+def conv2d_relu(
+    x: Any,
+    weight: Any,
+    bias: Any = None,
+    residual: Any = None,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Any:
+    """``relu(conv2d(x, weight, bias) + residual)`` (a compiled plan's fused
+    node, ``graph/passes/conv_relu.py``): one cuDNN kernel where cuDNN takes
+    the convolution, else the convolution, then the sum and ReLU in place."""
+    g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    return _convolve(_xp(x), x, weight, bias, g, residual, relu=True)
+
+
+def _convolve(
+    xp: Any, x: Any, weight: Any, bias: Any, g: Any, residual: Any = None, relu: bool = False
+) -> Any:
+    """conv2d of geometry ``g`` (then ``+ residual`` and ReLU if asked): cuDNN
+    where it takes it, the epilogue in its kernel; else the cuBLAS products
+    (:func:`conv2d`'s docstring), the epilogue in place after them."""
     x4 = x if x.ndim == 4 else x[None]
     dnn = _cuda_dnn.describe(x4, weight, g, bias) if _cuda_dnn.available(x) else None
-    if dnn is not None:
-        out = _cuda_dnn.convolve(dnn, xp.ascontiguousarray(x4), xp.ascontiguousarray(weight), bias)
+    if dnn is not None and (residual is None or residual.dtype == x.dtype):
+        if residual is not None:
+            residual = xp.ascontiguousarray(residual).reshape(g.n, g.o, g.ho, g.wo)
+        out = _cuda_dnn.convolve(
+            dnn,
+            xp.ascontiguousarray(x4),
+            xp.ascontiguousarray(weight),
+            bias,
+            residual=residual,
+            relu=relu,
+        )
         if out is not None:  # else cuDNN refused it: the products below
             return out if x.ndim == 4 else out[0]
     cg, og = g.c // g.groups, g.o // g.groups
@@ -143,42 +178,10 @@ def conv2d(
     out = out.reshape(g.n, g.o, g.ho, g.wo)
     if bias is not None:
         out += bias.reshape(-1, 1, 1)
-    return out if x.ndim == 4 else out[0]
-
-
-def conv2d_relu(
-    x: Any,
-    weight: Any,
-    bias: Any = None,
-    residual: Any = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
-) -> Any:
-    """``relu(conv2d(x, weight, bias) + residual)`` (a compiled plan's fused
-    node, ``graph/passes/conv_relu.py``): one cuDNN kernel where cuDNN takes
-    the convolution, else the convolution, then the sum and ReLU in place."""
-    xp = _xp(x)
-    g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
-    if x.ndim == 4 and _cuda_dnn.available(x):
-        dnn = _cuda_dnn.describe(x, weight, g, bias)
-        if dnn is not None and (residual is None or residual.dtype == x.dtype):
-            fused = _cuda_dnn.convolve(
-                dnn,
-                xp.ascontiguousarray(x),
-                xp.ascontiguousarray(weight),
-                bias,
-                residual=None if residual is None else xp.ascontiguousarray(residual),
-                relu=True,
-            )
-            if fused is not None:
-                return fused
-    out = conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    out = out if x.ndim == 4 else out[0]
     if residual is not None:
         out += residual
-    return xp.maximum(out, 0, out=out)
+    return xp.maximum(out, 0, out=out) if relu else out
 
 
 def _shared_weight_products(xp: Any, weight: Any, cols: Any) -> Any:
