@@ -161,17 +161,14 @@ def _view(base: Tensor, view: Tensor, index: Any) -> Tensor:
     on a stream device, whose tensors take no writes; while tracing too, so a
     compiled function writes through views as its eager calls do). As in numpy,
     an int for every axis picks one element as a copy, not a view."""
+    if view is base or type(view) is not Tensor or base.device.completes_at_enqueue:
+        return view
     parts = index if type(index) is tuple else (index,)
-    one_element = len(parts) == base.ndim and all(
+    if len(parts) == base.ndim and all(
         isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in parts
-    )
-    if (
-        not one_element
-        and view is not base
-        and type(view) is Tensor
-        and not base.device.completes_at_enqueue
     ):
-        view._view_of = (base, index, getattr(base, "_writes", 0))
+        return view  # one element: a copy
+    view._view_of = (base, index, getattr(base, "_writes", 0))
     return view
 
 
