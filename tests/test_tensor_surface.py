@@ -615,6 +615,19 @@ def test_numpy_scalar_on_the_left_gives_a_tensor() -> None:
         ("any", ()),
         ("all", ()),
         ("dot", (np.arange(4.0).reshape(2, 2),)),
+        ("cumprod", ()),
+        ("cumprod", (2,)),
+        ("diagonal", ()),
+        ("diagonal", (0, 1, 2)),
+        ("trace", ()),
+        ("trace", (1, 1, 2)),
+        ("swapaxes", (0, 2)),
+        ("repeat", (2,)),
+        ("repeat", (2, 1)),
+        ("take", ([0, 3],)),
+        ("take", ([1], 2)),
+        ("conj", ()),
+        ("conjugate", ()),
     ],
 )
 def test_the_ndarray_methods_numpy_users_reach_for(name: str, args: tuple[Any, ...]) -> None:
@@ -631,3 +644,35 @@ def test_itemsize_strides_and_format() -> None:
     assert format(ert.asarray(1.5), ".2f") == "1.50"
     x = np.arange(24.0).reshape(2, 3, 4)
     np.testing.assert_array_equal(ert.asarray(x).dot(np.ones(4)).numpy(), x.dot(np.ones(4)))
+
+
+def test_more_ndarray_methods_and_attributes() -> None:
+    """What SciPy's signal functions and numpy habits reach for: real, imag,
+    argsort, nonzero, searchsorted, fill, tobytes."""
+    c = np.array([1 + 2j, 3 - 1j, -2j])
+    t = ert.asarray(c)
+    np.testing.assert_array_equal(t.real.numpy(), c.real)
+    np.testing.assert_array_equal(t.imag.numpy(), c.imag)
+    r = np.array([3.0, 1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(ert.asarray(r).real.numpy(), r)
+    np.testing.assert_array_equal(ert.asarray(r).imag.numpy(), np.zeros(4))
+    np.testing.assert_array_equal(ert.asarray(r).argsort().numpy(), r.argsort(kind="stable"))
+    (nz,) = ert.asarray(r).nonzero()
+    np.testing.assert_array_equal(nz.numpy(), r.nonzero()[0])
+    s = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(
+        ert.asarray(s).searchsorted(ert.asarray([2.5, 0.0])).numpy(), s.searchsorted([2.5, 0.0])
+    )
+    filled = ert.zeros((2, 2))
+    filled.fill(3.0)
+    np.testing.assert_array_equal(filled.numpy(), np.full((2, 2), 3.0))
+    assert ert.asarray(s).tobytes() == s.tobytes()
+
+
+def test_linspace_takes_0d_tensor_bounds() -> None:
+    """SciPy's freqs passes 0-d arrays as linspace's bounds."""
+    got = ert.linspace(ert.asarray(-2.0), ert.asarray(1.0), 5)
+    np.testing.assert_array_equal(got.numpy(), np.linspace(-2.0, 1.0, 5))
+    assert ert.linspace(ert.asarray(np.float32(0)), 1.0, 3).dtype == np.float64
+    with pytest.raises(ert.ShapeError, match="0-d"):
+        ert.linspace(ert.ones(2), 1.0, 3)

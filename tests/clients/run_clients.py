@@ -9,18 +9,27 @@ with it set and reads one JSON line: for each case, "ok" or why not.
   ``check_array_api_input(..., check_values=True)``: fitted on eagerrt tensors,
   each method's result equal to numpy's; GaussianMixture (not tagged, and the
   case that needs writes through views) on rank-deficient data;
-* SciPy functions its documentation lists as supporting the Array API, each
-  equal to numpy's result on the same data.
+* every metric scikit-learn's own test suite checks under the Array API,
+  through the checks that suite uses (``array_api_metric_checkers``);
+* every function in SciPy's own capabilities table (the one its documentation
+  prints) as supporting the Array API, called with the first of a list of
+  generic inputs that numpy accepts, equal to numpy's result; those no generic
+  input fits are named in the report; and a few SciPy functions by hand, with
+  the options (``axis=``) a user passes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
 import json
 import os
+import signal
 import sys
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -150,15 +159,223 @@ def scipy_cases() -> dict[str, Callable[[], None]]:
         "stats.pearsonr": case(s.pearsonr, x[0], y[0]),
         "stats.ttest_1samp": case(s.ttest_1samp, x, 0.0, axis=1),
         "stats.ttest_ind": case(s.ttest_ind, x, y, axis=1),
+        "integrate.qmc_quad": _qmc_quad,
         "stats.describe": lambda: _close(
             s.describe(ert.asarray(x), axis=1).mean, s.describe(x, axis=1).mean
         ),
     }
 
 
+def _qmc_quad() -> None:
+    from scipy.integrate import qmc_quad
+    from scipy.stats import qmc
+
+    a, b = RNG.uniform(0, 1, 3), RNG.uniform(1, 2, 3)
+
+    def integrate(lower: Any, upper: Any) -> Any:
+        return qmc_quad(lambda v: v[0] * v[1] + v[2], lower, upper, qrng=qmc.Halton(3, seed=1))
+
+    got, expected = integrate(ert.asarray(a), ert.asarray(b)), integrate(a, b)
+    _close(got.integral, expected.integral)
+    _close(got.standard_error, expected.standard_error)
+
+
+def metric_cases() -> dict[str, Callable[[], None]]:
+    """Every metric scikit-learn's own tests check under the Array API, through
+    the checks those tests use (binary, multiclass, multilabel, pairwise...)."""
+    from sklearn.metrics.tests.test_common import array_api_metric_checkers
+
+    cases: dict[str, Callable[[], None]] = {}
+    for metric, checks in array_api_metric_checkers.items():
+        for check in checks:
+            if isinstance(metric, functools.partial):  # a metric with options fixed
+                options = ",".join(f"{k}={v}" for k, v in metric.keywords.items())
+                label = f"{metric.func.__name__}({options})"
+            else:
+                label = metric.__name__
+            name = f"metrics.{label}.{check.__name__.removeprefix('check_array_api_')}"
+            cases[name] = lambda check=check, metric=metric: check(
+                metric, "eagerrt", None, "float64"
+            )
+    return cases
+
+
+def _linkage_inputs() -> dict[str, Any]:
+    from scipy.cluster.hierarchy import inconsistent, linkage
+    from scipy.spatial.distance import pdist
+
+    points = RNG.uniform(0, 1, (10, 3))
+    Z = linkage(points)
+    return {"Z": Z, "distances": pdist(points), "R": inconsistent(Z)}
+
+
+def _scipy_table_inputs() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    """Generic inputs, tried in order: a function gets the first numpy accepts."""
+    from scipy import signal
+
+    u, u2, u3 = (RNG.uniform(0.1, 0.9, 40) for _ in range(3))
+    rows, rows2 = RNG.uniform(0.1, 0.9, (6, 40)), RNG.uniform(0.1, 0.9, (6, 40))
+    spd = RNG.standard_normal((6, 6))
+    spd = spd @ spd.T + 6 * np.eye(6)
+    image = RNG.uniform(0.1, 0.9, (12, 12))
+    b, a = signal.butter(3, 0.3)
+    sos = signal.butter(4, 0.3, output="sos")
+    linkage = _linkage_inputs()
+    return [
+        ("x", (u,), {}),
+        ("x, y", (u, u2), {}),
+        ("x, y, z", (u, u2, u3), {}),
+        ("rows", (rows,), {}),
+        ("rows, rows", (rows, rows2), {}),
+        ("spd matrix", (spd,), {}),
+        ("image", (image,), {}),
+        ("x, 3", (u, 3), {}),
+        ("image, 3", (image, 3), {}),
+        ("x, 2.5", (u, 2.5), {}),
+        ("x, 0.1", (u, 0.1), {}),
+        ("0.5, x", (0.5, u), {}),
+        ("columns", (rows.T[:10],), {}),
+        ("Z", (linkage["Z"],), {}),
+        ("Z, 2", (linkage["Z"], 2), {}),
+        ("Z, distances", (linkage["Z"], linkage["distances"]), {}),
+        ("Z, R", (linkage["Z"], linkage["R"]), {}),
+        ("b, a, x", (b, a, u), {}),
+        ("sos, x", (sos, u), {}),
+        ("zeros, poles, 1.0", (u[:3] - 0.5, u2[:4] - 0.5, 1.0), {}),
+        ("x, 5, 2", (u, 5, 2), {}),
+        ("x, 2, 3", (u, 2, 3), {}),
+        ("sorted x, y", (np.sort(u), u2), {}),
+        ("image, 1, size=3", (image, 1), {"size": 3}),
+        ("image, 0, 1, 10", (image, 0, 1, 10), {}),
+        ("image, identity", (image, np.eye(2)), {}),
+        ("image, coordinates", (image, 10 * RNG.uniform(0, 1, (2, 5))), {}),
+        ("square, x", (lambda v: v * v, u), {}),
+        ("square, x, y", (lambda v: v * v, u, u + 1), {}),
+    ]
+
+
+def _flatten(result: Any, into: dict[str, Any], path: str = "result") -> None:
+    """The arrays and numbers in a result: tuples, named tuples, result objects."""
+    if isinstance(result, (np.ndarray, np.generic, ert.Tensor, int, float, complex)):
+        into[path] = result
+    elif isinstance(result, (tuple, list)):
+        for i, item in enumerate(result):
+            _flatten(item, into, f"{path}[{i}]")
+    elif hasattr(result, "__dict__"):
+        for key, value in vars(result).items():
+            if not key.startswith("_"):
+                _flatten(value, into, f"{path}.{key}")
+    else:
+        into[path] = result
+
+
+def _numeric(values: dict[str, Any]) -> bool:
+    return bool(values) and all(
+        isinstance(v, (np.ndarray, np.generic, int, float, complex)) for v in values.values()
+    )
+
+
+def scipy_table_cases() -> tuple[dict[str, Callable[[], None]], list[str]]:
+    """Every function SciPy's own table (what its docs print) lists as supporting
+    the Array API, called with the first generic input numpy accepts; and the
+    names for which none of those inputs fits (classes' methods, window
+    functions taking only an int, functions taking callables of their own)."""
+    import scipy._lib._array_api as scipy_array_api
+
+    for module in SCIPY_MODULES:
+        importlib.import_module(f"scipy.{module}")
+    inputs = _scipy_table_inputs()
+    cases: dict[str, Callable[[], None]] = {}
+    no_generic_input: list[str] = []
+    for fn, capabilities in scipy_array_api.xp_capabilities_table.items():
+        if capabilities["np_only"] or capabilities["out_of_scope"]:
+            continue
+        name = f"{fn.__module__.removeprefix('scipy.')}.{fn.__name__}"
+        if fn.__name__ in RANDOMIZED:
+            continue
+        for label, args, kwargs in inputs:
+            try:
+                with _time_limit(5):
+                    expected = fn(*args, **kwargs)
+            except Exception:
+                continue
+            flat: dict[str, Any] = {}
+            _flatten(expected, flat)
+            if _numeric(flat):
+                cases[f"{name}({label})"] = lambda fn=fn, args=args, kwargs=kwargs, flat=flat: (
+                    _same_as_numpy(fn, args, kwargs, flat)
+                )
+                break
+        else:
+            no_generic_input.append(name)
+    return cases, no_generic_input
+
+
+def _same_as_numpy(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    with _time_limit(60):
+        result = fn(*(ert.asarray(a) if isinstance(a, np.ndarray) else a for a in args), **kwargs)
+    got: dict[str, Any] = {}
+    _flatten(result, got)
+    assert got.keys() == expected.keys(), f"result parts {sorted(got)} != {sorted(expected)}"
+    for key, want in expected.items():
+        value = got[key]
+        value = np.asarray(value.numpy() if isinstance(value, ert.Tensor) else value)
+        want = np.asarray(want)
+        assert value.shape == want.shape, f"{key}: shape {value.shape} != {want.shape}"
+        if "zpk" in fn.__name__ and want.dtype.kind == "c":  # roots: a set, in any order
+            value, want = np.sort_complex(value.ravel()), np.sort_complex(want.ravel())
+        np.testing.assert_allclose(value, want, rtol=1e-7, atol=1e-9, equal_nan=True)
+
+
+# Each call draws its own random points: checked by hand in scipy_cases().
+RANDOMIZED = {"qmc_quad"}
+
+SCIPY_MODULES = [
+    "cluster",
+    "cluster.hierarchy",
+    "constants",
+    "differentiate",
+    "fft",
+    "integrate",
+    "interpolate",
+    "linalg",
+    "ndimage",
+    "optimize",
+    "signal",
+    "spatial",
+    "spatial.distance",
+    "special",
+    "stats",
+]
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: int) -> Iterator[None]:
+    """A generic input can send a solver looping: give up on it (main thread only)."""
+
+    def give_up(*_: Any) -> None:
+        raise TimeoutError(f"gave up after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def main() -> None:
     results: dict[str, str] = {}
-    for group, cases in (("sklearn", estimator_cases()), ("scipy", scipy_cases())):
+    table_cases, no_generic_input = scipy_table_cases()
+    for group, cases in (
+        ("sklearn", estimator_cases()),
+        ("sklearn", metric_cases()),
+        ("scipy", scipy_cases()),
+        ("scipy.table", table_cases),
+    ):
         for name, run in cases.items():
             try:
                 with warnings.catch_warnings():
@@ -168,7 +385,7 @@ def main() -> None:
             except Exception as exc:
                 detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
                 results[f"{group}.{name}"] = detail[:400]
-    print(json.dumps(results))
+    print(json.dumps({"results": results, "no_generic_input": no_generic_input}))
     sys.stdout.flush()
 
 

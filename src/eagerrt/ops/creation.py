@@ -356,8 +356,8 @@ _linspace.register_kernel(
 
 
 def linspace(
-    start: int | float | complex,
-    stop: int | float | complex,
+    start: int | float | complex | Tensor,
+    stop: int | float | complex | Tensor,
     /,
     num: int = 50,
     *,
@@ -366,7 +366,8 @@ def linspace(
     endpoint: bool = True,
 ) -> Tensor:
     """``num`` evenly spaced samples from ``start`` to ``stop`` (float64, or
-    complex128 for complex bounds, unless ``dtype`` is given).
+    complex128 for complex bounds, unless ``dtype`` is given). The bounds may be
+    0-d tensors (the result then waits for them, on their device).
 
     >>> import eagerrt as ert
     >>> ert.linspace(0, 1, 5).numpy()
@@ -374,7 +375,40 @@ def linspace(
     >>> ert.linspace(0, 1, 4, endpoint=False).numpy()
     array([0.  , 0.25, 0.5 , 0.75])
     """
+    if isinstance(start, Tensor) or isinstance(stop, Tensor):
+        # 0-d tensors as bounds (SciPy passes them): operands, so nothing waits now.
+        return _linspace_between(
+            start, stop, num=num, endpoint=endpoint, dtype=dtype, device=device
+        )
     return _linspace(start=start, stop=stop, num=num, endpoint=endpoint, dtype=dtype, device=device)
+
+
+def _linspace_between_rule(
+    start: Tensor, stop: Tensor, *, num: int, endpoint: bool, dtype: Any
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    if start.ndim or stop.ndim:
+        raise ValueError(
+            f"linspace: start and stop must be 0-d, got shapes {start.shape} and {stop.shape}"
+        )
+    shape, _ = _linspace_rule(start=0, stop=0, num=num, endpoint=endpoint, dtype=dtype)
+    if dtype is None:  # numpy's own choice for 0-d arrays of these dtypes
+        dtype = np.linspace(np.zeros((), start.dtype), np.zeros((), stop.dtype), 0).dtype
+    return shape, to_dtype(dtype)
+
+
+_linspace_between = define_op(
+    "linspace_between",
+    _linspace_between_rule,
+    cost=elementwise_cost,
+    operands=2,
+    doc="Evenly spaced samples between two 0-d tensors.",
+)
+_linspace_between.register_kernel(
+    GENERIC,
+    lambda start, stop, *, num, endpoint, dtype: np.linspace(
+        start, stop, num, endpoint=endpoint, dtype=dtype
+    ),
+)
 
 
 # -- matrices ----------------------------------------------------------------------

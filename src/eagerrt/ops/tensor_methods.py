@@ -13,11 +13,11 @@ import numpy as np
 from ..devices import get_device
 from ..devices.base import Device
 from ..tensor import Tensor
-from . import elementwise, reduction, writes
+from . import elementwise, linalg_extension, reduction, searching, sorting, writes
 from .elementwise import UFUNC_OPS
-from .indexing import index_tensor
+from .indexing import index_tensor, take
 from .linalg import matmul, matrix_transpose, tensordot
-from .manipulation import astype, reshape, squeeze, transpose
+from .manipulation import astype, moveaxis, permute_dims, repeat, reshape, squeeze, transpose
 from .registry import Op, elementwise_cost, launch
 from .stream_transfers import download
 
@@ -200,6 +200,42 @@ def _cumsum(self: Tensor, axis: int | None = None, dtype: Any = None) -> Tensor:
     return reduction.cumulative_sum(x, axis=0 if axis is None else axis, dtype=dtype)
 
 
+def _cumprod(self: Tensor, axis: int | None = None, dtype: Any = None) -> Tensor:
+    """numpy's ``a.cumprod``: over the flattened tensor where ``axis`` is None."""
+    x = reshape(self, (-1,)) if axis is None else self
+    return reduction.cumulative_prod(x, axis=0 if axis is None else axis, dtype=dtype)
+
+
+def _diagonal(self: Tensor, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
+    """numpy's ``a.diagonal``: the diagonal of axes ``axis1`` and ``axis2``,
+    as the last axis of the result."""
+    return linalg_extension.diagonal(moveaxis(self, (axis1, axis2), (-2, -1)), offset=offset)
+
+
+def _trace(
+    self: Tensor, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None
+) -> Tensor:
+    """numpy's ``a.trace``: the sum along the diagonal of ``axis1`` and ``axis2``."""
+    return reduction.sum(_diagonal(self, offset, axis1, axis2), axis=-1, dtype=dtype)
+
+
+def _swapaxes(self: Tensor, axis1: int, axis2: int) -> Tensor:
+    order = list(range(self.ndim))
+    order[axis1], order[axis2] = order[axis2], order[axis1]
+    return permute_dims(self, tuple(order))
+
+
+def _argsort(self: Tensor, axis: int | None = -1, kind: str | None = None) -> Tensor:
+    """numpy's ``a.argsort``; the order of ties is always stable (any ``kind``)."""
+    x, axis = (reshape(self, (-1,)), 0) if axis is None else (self, axis)
+    return sorting.argsort(x, axis=axis)
+
+
+def _fill(self: Tensor, value: Any) -> None:
+    """numpy's ``a.fill(value)``: every element becomes ``value``, in place."""
+    writes.setitem(self, ..., value)
+
+
 def _clip(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
     return elementwise.clip(self, min, max)
 
@@ -230,6 +266,21 @@ _NDARRAY_METHODS: dict[str, Any] = {
         self, axis=axis, keepdims=keepdims
     ),
     "dot": _dot,
+    "real": property(lambda self: elementwise.real(self)),
+    "imag": property(lambda self: elementwise.imag(self)),
+    "conj": lambda self: elementwise.conj(self),
+    "conjugate": lambda self: elementwise.conj(self),
+    "cumprod": _cumprod,
+    "diagonal": _diagonal,
+    "trace": _trace,
+    "swapaxes": _swapaxes,
+    "argsort": _argsort,
+    "nonzero": lambda self: searching.nonzero(self),
+    "repeat": lambda self, repeats, axis=None: repeat(self, repeats, axis=axis),
+    "take": lambda self, indices, axis=None: take(self, indices, axis=axis),
+    "searchsorted": lambda self, v, side="left": searching.searchsorted(self, v, side=side),
+    "fill": _fill,
+    "tobytes": lambda self, order="C": self.numpy().tobytes(order),
     "itemsize": property(lambda self: self.dtype.itemsize),
     # The strides of the array numpy() gives (waiting for the data).
     "strides": property(lambda self: self.numpy().strides),
