@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+import warnings
 from typing import Any
 
 import anyio
@@ -271,3 +272,75 @@ def test_a_cause_with_its_own_message_format_gives_a_plain_kernel_error(
         picky(ert.ones(2)).numpy()
     assert not isinstance(info.value, KeyError)
     assert isinstance(info.value.__cause__, KeyError)
+
+
+# -- numeric warnings ----------------------------------------------------------------
+@pytest.mark.parametrize("where", ["inline", "offloaded"])
+def test_numeric_warnings_point_at_the_users_line(where: str) -> None:
+    """Issue 21, item 7: numpy's divide-by-zero and invalid-value warnings name
+    the line that made the op, whether its kernel ran at the call or on a worker
+    (not eagerrt's registry, where the default filter showed each only once)."""
+    threshold = ert.config.inline_threshold_ns if where == "inline" else 0
+    x = ert.asarray([1.0, 0.0])
+    with ert.config.override(inline_threshold_ns=threshold), pytest.warns(RuntimeWarning) as caught:
+        line = here() + 1
+        y = x / 0.0
+        y.numpy()
+        log_line = here() + 1
+        z = ert.log(x)
+        z.numpy()
+    seen = {(str(w.message), os.path.abspath(w.filename), w.lineno) for w in caught}
+    assert seen == {
+        ("divide by zero encountered in divide", THIS_FILE, line),
+        ("invalid value encountered in divide", THIS_FILE, line),
+        ("divide by zero encountered in log", THIS_FILE, log_line),
+    }
+
+
+def test_in_place_numeric_warnings_point_at_the_users_line() -> None:
+    t = ert.asarray([1.0, 2.0])
+    with pytest.warns(RuntimeWarning, match="divide by zero encountered in divide") as caught:
+        line = here() + 1
+        t /= 0.0
+    assert [(os.path.abspath(w.filename), w.lineno) for w in caught] == [(THIS_FILE, line)]
+
+
+@pytest.mark.parametrize("where", ["inline", "offloaded"])
+def test_np_errstate_around_the_call_holds_for_its_op(where: str) -> None:
+    """An op made inside ``np.errstate(...)`` keeps those modes, even when its
+    kernel runs later on a worker (scikit-learn silences warnings this way)."""
+    threshold = ert.config.inline_threshold_ns if where == "inline" else 0
+    x = ert.asarray([1.0, 0.0])
+    with ert.config.override(inline_threshold_ns=threshold), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            quiet = x / 0.0
+        loud = x / 0.0
+        np.testing.assert_array_equal(quiet.numpy(), [np.inf, np.nan])
+        with pytest.raises(RuntimeWarning, match="divide by zero"):
+            loud.numpy()  # the "error" filter made the warning the kernel's failure
+        with np.errstate(divide="raise"):
+            raising = x / 0.0
+        with pytest.raises(FloatingPointError):
+            raising.numpy()
+
+
+def test_numeric_warnings_of_different_lines_each_show_once_by_default() -> None:
+    x = ert.asarray([1.0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            x / 0.0
+            x / 0.0
+    assert len(caught) == 2 and caught[0].lineno != caught[1].lineno
+
+
+@pytest.mark.parametrize("shape", [(2,), (2000, 1000)])
+def test_numeric_warnings_of_a_compiled_function_point_at_its_call(shape: tuple[int, ...]) -> None:
+    divide = ert.function(lambda x: x / 0.0)
+    x = ert.ones(shape)
+    with pytest.warns(RuntimeWarning, match="divide by zero encountered") as caught:
+        line = here() + 1
+        y = divide(x)
+        y.numpy()
+    assert {(os.path.abspath(w.filename), w.lineno) for w in caught} == {(THIS_FILE, line)}

@@ -25,6 +25,7 @@ from .._core import profiling
 from .._core.async_value import ERROR, PENDING, READY, AsyncValue
 from .._core.config import config
 from .._core.errors import Failure, SourceLine, user_line
+from .._core.float_errors import caller_modes, register_runner, run_here, run_under
 from .._core.scheduler import Task, count_inline, schedule
 from .._core.workers import stop_counting_as_busy
 from ..tensor import Tensor
@@ -81,6 +82,7 @@ def run_plan(plan: Plan | OpByOpPlan | NativePlan, inputs: list[Tensor]) -> list
     task.inputs = inputs
     task.results = results
     task.site = user_line()
+    task.modes = caller_modes()
     task.recording = recording = profiling.active
     if recording is not None:
         task.call_id = _expect_call(recording, results)
@@ -93,7 +95,7 @@ def _run_now(plan: Plan, arrays: list[Any]) -> list[Tensor]:
     outs = plan.outputs
     name = plan.graph.name
     try:
-        values = plan.execute(arrays)
+        values = run_here(plan.execute, arrays)
     except StepFailed as failed:
         if plan.replay is not None:
             failed.failure.discard()  # the replay reports it, on the outputs it reaches
@@ -178,12 +180,22 @@ def _fail_later(call: _Call, executor: Any, failure: Failure, *, step: bool) -> 
 class _PlanTask(Task):
     """One execution of a plan once its inputs are ready."""
 
-    __slots__ = ("call_id", "inputs", "plan", "queued_ns", "recording", "results", "site")
+    __slots__ = (
+        "call_id",
+        "inputs",
+        "modes",
+        "plan",
+        "queued_ns",
+        "recording",
+        "results",
+        "site",
+    )
 
     plan: Plan
     inputs: list[Tensor]
     results: list[Tensor]
     site: SourceLine | None
+    modes: Any  # numpy's error modes where the call was made
     recording: profiling.Recording | None
     call_id: int
     queued_ns: int
@@ -196,7 +208,8 @@ class _PlanTask(Task):
             return
         try:
             if self.recording is None:
-                values = self.plan.execute([t._value for t in self.inputs])
+                arrays = [t._value for t in self.inputs]
+                values = run_under(self.modes, self.plan.execute, arrays)
             else:
                 values = _execute_recorded(
                     self.recording,
@@ -229,6 +242,7 @@ class _Call:
         "failure",
         "inputs",
         "made",
+        "modes",
         "plan",
         "queued_ns",
         "recording",
@@ -251,7 +265,8 @@ class _Call:
         # (by value id), and ``made`` names each value's producing event.
         self.recording: profiling.Recording | None = None
         self.call_id = self.queued_ns = self.started_ns = 0
-        self.site: SourceLine | None = None
+        self.site: SourceLine | None = user_line()
+        self.modes = caller_modes()  # numpy's error modes where the call was made
         self.values: dict[int, Any] = {}
         self.made: dict[int, int] = {}
 
@@ -286,7 +301,8 @@ class _SegmentTask(Task):
             return
         assert call.ctx is not None
         try:
-            call.ctx.functions[self.index](call.registers, call.ctx.outputs)
+            segment = call.ctx.functions[self.index]
+            run_under(call.modes, segment, call.registers, call.ctx.outputs)
         except Exception as exc:
             call.failure = call.failure or call.plan.failure(exc)
             done._complete(ERROR, call.failure)
@@ -374,7 +390,6 @@ def _start_segments(
     if recording is not None:
         call.call_id = _expect_call(recording, results)
         call.queued_ns = time.perf_counter_ns()
-        call.site = user_line()
     start = _StartTask(AsyncValue(), 0.0, executor)
     start.call = call
     start.executor = executor
@@ -516,3 +531,21 @@ def _finish_recorded(call: _Call) -> None:
         for r, v in zip(call.results, call.plan.outputs, strict=True):
             r._complete(READY, call.values[v.id])
     recording.done(call.call_id)
+
+
+# A numeric warning in a plan names the compiled function, at the user's call.
+register_runner(_run_now.__code__, lambda frame: (frame.f_locals["plan"].graph.name, None))
+
+
+def _plan_task_run(frame: Any) -> tuple[str, SourceLine | None]:
+    task = frame.f_locals["self"]
+    return task.plan.graph.name, task.site
+
+
+def _segment_task_run(frame: Any) -> tuple[str, SourceLine | None]:
+    call = frame.f_locals["self"].call
+    return call.plan.graph.name, call.site
+
+
+register_runner(_PlanTask.run.__code__, _plan_task_run)
+register_runner(_SegmentTask.run.__code__, _segment_task_run)

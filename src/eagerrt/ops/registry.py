@@ -29,11 +29,13 @@ import inspect
 import math
 import time
 from collections.abc import Callable
+from threading import get_ident
+from types import FrameType
 from typing import Any, TypeVar
 
 import numpy as np
 
-from .._core import profiling
+from .._core import float_errors, profiling
 from .._core.async_value import ERROR, PENDING, READY
 from .._core.config import config
 from .._core.errors import (
@@ -47,6 +49,7 @@ from .._core.errors import (
     ValueRangeError,
     user_line,
 )
+from .._core.float_errors import caller_modes, register_runner, run_here, run_under
 from .._core.scheduler import Task, count_inline, schedule
 from .._core.workers import stop_counting_as_busy
 from ..devices import get_device
@@ -524,8 +527,13 @@ class Op:
             count_inline()
             if recording is not None:
                 return self._run_recorded(recording, kernel, args, static, shape, dtype, dev)
+            values = [a._value if type(a) is Tensor else a for a in args]
             try:
-                value = kernel(*[a._value if type(a) is Tensor else a for a in args], **static)
+                value = (
+                    run_here(kernel, *values)
+                    if not static
+                    else run_here(lambda: kernel(*values, **static))
+                )
             except Exception as exc:  # the failure belongs to the result, not the call
                 return self._failed(exc, shape, dtype, dev)
             return Tensor._ready(value, shape, dtype, dev, self.name)
@@ -569,9 +577,10 @@ class Op:
         dev: Device,
     ) -> Tensor:
         """The inline run, timed and recorded (only while a profile is active)."""
+        values = [a._value if type(a) is Tensor else a for a in args]
         start = time.perf_counter_ns()
         try:
-            value = kernel(*[a._value if type(a) is Tensor else a for a in args], **static)
+            value = run_here(lambda: kernel(*values, **static))
         except Exception as exc:
             end = time.perf_counter_ns()
             result = self._failed(exc, shape, dtype, dev)
@@ -680,10 +689,11 @@ class _KernelTask(Task):
     """Run ``compute`` on the inputs' values; fail like the inputs, or with a new
     failure naming the op and its creation line."""
 
-    __slots__ = ("args", "compute", "name", "site")
+    __slots__ = ("args", "compute", "modes", "name", "site")
 
     args: tuple[Any, ...]
     compute: Callable[..., Any]
+    modes: Any  # numpy's error modes where the op was made
     name: str
     site: SourceLine | None
 
@@ -696,7 +706,8 @@ class _KernelTask(Task):
             result._complete(ERROR, failed._value)
             return
         try:
-            value = self.compute(*[a._value if type(a) is Tensor else a for a in args])
+            values = [a._value if type(a) is Tensor else a for a in args]
+            value = run_under(self.modes, self.compute, *values)
         except BaseException as exc:
             # Even Ctrl-C or SystemExit must not leave the result pending forever.
             self._done_reading()
@@ -749,6 +760,8 @@ def launch(
     task = _KernelTask(result, cost_ns, executor)
     task.args = args
     task.compute = compute
+    # (A stream's launch raises no numeric warnings and reads the stream chosen.)
+    task.modes = None if device.completes_at_enqueue else caller_modes()
     task.name = name
     task.site = site
     if pending:  # noted as a reader and parked in one step (a write may come between)
@@ -769,6 +782,10 @@ def launch(
 # it. Everything else, and every miss, takes Op._call. Closures rather than
 # methods: Python calls a function found on a type (Tensor.__add__) with no
 # bound-method or __call__ indirection.
+def _call_directly(kernel: Callable[..., Any], /, *args: Any) -> Any:
+    return kernel(*args)
+
+
 def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
     name = op.name
 
@@ -812,8 +829,14 @@ def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
                 return op._call((a, b), None, {})
             first, second = (scalar, x._value) if left else (x._value, scalar)
         count_inline()
+        if dev.completes_at_enqueue:  # the kernel is a stream's launcher
+            run = _call_directly
+        else:  # float_errors.run_here, written out (numeric warnings at the user's line)
+            ident, modes, run = float_errors.here
+            if modes is not caller_modes() or ident != get_ident():
+                run = float_errors.enter()
         try:
-            value = kernel(first, second)
+            value = run(kernel, first, second)
         except Exception as exc:  # the failure belongs to the result
             return op._failed(exc, shape, dtype, dev)
         # Tensor._ready, written out: this is the hottest line.
@@ -827,6 +850,7 @@ def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
         return t
 
     call2.__name__ = call2.__qualname__ = name
+    register_runner(call2.__code__, _run_by_closure)
     return call2
 
 
@@ -844,8 +868,14 @@ def _fast_unary(op: Op) -> Callable[[Any], Tensor]:
                 and cost <= config.inline_limit_ns
             ):
                 count_inline()
+                if dev.completes_at_enqueue:  # the kernel is a stream's launcher
+                    run = _call_directly
+                else:  # float_errors.run_here, written out
+                    ident, modes, run = float_errors.here
+                    if modes is not caller_modes() or ident != get_ident():
+                        run = float_errors.enter()
                 try:
-                    value = kernel(a._value)
+                    value = run(kernel, a._value)
                 except Exception as exc:
                     return op._failed(exc, shape, dtype, dev)
                 t = _new(Tensor)
@@ -859,7 +889,29 @@ def _fast_unary(op: Op) -> Callable[[Any], Tensor]:
         return op._call((a,), None, {})
 
     call1.__name__ = call1.__qualname__ = name
+    register_runner(call1.__code__, _run_by_closure)
     return call1
+
+
+# Where a kernel's numeric warning belongs (see _core/float_errors.py): the op a
+# frame runs, and the line that made it if that line is not further out on
+# the same stack.
+def _run_by_closure(frame: FrameType) -> tuple[str, SourceLine | None]:
+    return frame.f_locals["name"], None
+
+
+def _run_by_method(frame: FrameType) -> tuple[str, SourceLine | None]:
+    return frame.f_locals["self"].name, None
+
+
+def _run_by_task(frame: FrameType) -> tuple[str, SourceLine | None]:
+    task = frame.f_locals["self"]
+    return task.name, task.site
+
+
+register_runner(Op._call.__code__, _run_by_method)
+register_runner(Op._run_recorded.__code__, _run_by_method)
+register_runner(_KernelTask.run.__code__, _run_by_task)
 
 
 def _host_arrays_out(fn: Kernel) -> Kernel:

@@ -52,6 +52,7 @@ from .._core.errors import (
     ValueRangeError,
     user_line,
 )
+from .._core.float_errors import caller_modes, register_runner, run_here
 from .._core.forking import renew_after_fork
 from .._core.scheduler import _outstanding, schedule
 from ..tensor import TRACED, Tensor
@@ -320,7 +321,7 @@ def _into_own_buffer(t: Tensor, op: Op, other: Any) -> bool:
         return False
     # Read-only because t.numpy() handed it out once; nobody holds it now.
     array.flags.writeable = True
-    kernel(array, native, out=array)
+    run_here(lambda: kernel(array, native, out=array))
     t._writes = getattr(t, "_writes", 0) + 1  # views of t must see it was written
     return True
 
@@ -379,6 +380,7 @@ def _write(
     task = _WriteTask(t, cost, t.device.executor)
     task.args = (t, value, *operands)
     task.compute = (lambda *v: kernel(*v, **static)) if static else kernel
+    task.modes = caller_modes()
     task.name = name
     task.site = user_line()
     for o in inputs:  # a later write to the value must wait for this read
@@ -463,7 +465,7 @@ def _write_now(
 ) -> None:
     native = value._value if type(value) is Tensor else value
     try:
-        new = kernel(t._value, native, *[o._value for o in operands], **static)
+        new = run_here(lambda: kernel(t._value, native, *[o._value for o in operands], **static))
     except IndexError as exc:  # known now, so said now, at the user's line
         raise call_error(OutOfBoundsError, name, (t,), static, str(exc)) from None
     except ValueError as exc:
@@ -519,3 +521,8 @@ class _WriteTask(_KernelTask):
             # Another write may keep the tensor pending: then it stays outstanding.
             if self.result._state != PENDING:
                 _outstanding.pop(id(self.result), None)
+
+
+# A numeric warning of a write run at its call names the op, at the user's line.
+register_runner(_into_own_buffer.__code__, lambda frame: (frame.f_locals["op"].name, None))
+register_runner(_write_now.__code__, lambda frame: (frame.f_locals["name"], None))
