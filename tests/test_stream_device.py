@@ -243,9 +243,11 @@ def test_copies_run_on_copy_streams_while_a_kernel_runs(make_device) -> None:
     kernel = next(t for t in timeline if t[1] == _slow.name)
     uploads = [t for t in timeline if t[1] == "upload"]
     downloads = [t for t in timeline if t[1] == "download"]
-    # The big upload and the download both ran while the slow kernel ran.
-    assert any(kernel[2] < u[3] < kernel[3] and u[0] != kernel[0] for u in uploads)
-    assert any(kernel[2] < d[3] < kernel[3] and d[0] != kernel[0] for d in downloads)
+    # The big upload and the download, enqueued after the slow kernel, finished
+    # before it did, on other streams: they did not queue behind it. (Not that
+    # they finished after it started: on a loaded machine they may beat it.)
+    assert any(u[3] < kernel[3] and u[0] != kernel[0] for u in uploads)
+    assert any(d[3] < kernel[3] and d[0] != kernel[0] for d in downloads)
 
 
 # -- memory: lifetimes across streams ---------------------------------------------------
