@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -359,3 +360,41 @@ def test_entry_point_giving_a_non_device_is_a_device_error(fake_entry_points) ->
     with pytest.raises(ert.DeviceError) as info:
         ert.get_device(name)
     assert ep.value in str(info.value)
+
+
+def test_no_kernel_for_the_device_names_the_users_line(box_device: BoxDevice) -> None:
+    t = ert.asarray(np.arange(3.0), device=box_device)
+    with pytest.raises(ert.DeviceError) as info:
+        line = sys._getframe().f_lineno + 1
+        ert.exp(t)
+    assert f'File "{__file__}", line {line}' in str(info.value)
+    assert "has no kernel for device" in str(info.value)
+
+
+class _RefusingExecutor:
+    def submit(self, fn: Any) -> None:
+        raise RuntimeError("this queue is closed")
+
+    def queue_depth(self) -> int:
+        return 0
+
+
+def test_an_executor_refusing_work_fails_the_result_instead_of_leaving_it_pending(
+    box_device: BoxDevice, clean_errors: None
+) -> None:
+    op = ert.define_op(_unique("custom_refused"), rule=_same_as_first, cost=lambda *a: HUGE_COST)
+
+    @op.kernel(box_device.name)
+    def _(x: Box) -> Box:  # pragma: no cover - never runs
+        return x
+
+    t = ert.asarray(np.arange(3.0), device=box_device)
+    box_device.pool, pool = _RefusingExecutor(), box_device.pool  # type: ignore[assignment]
+    try:
+        out = op(t)
+        assert out.wait(10) and out.state == "error"
+        with pytest.raises(ert.KernelError, match="this queue is closed"):
+            out.numpy()
+    finally:
+        box_device.pool = pool
+    ert.synchronize(10)  # nothing left waiting

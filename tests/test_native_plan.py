@@ -164,3 +164,23 @@ def test_layer_norms_take_the_residual_sum_before_them(dev: HostPlanDevice) -> N
     plan = compiled.compiled_for(ert.asarray(x, device=dev)).plan
     names = [step[0].name for step in plan._steps]
     assert names.count("add_layer_norm") == 2 and "layer_norm" not in names
+
+
+def test_explain_and_measure_costs_on_a_device_with_its_own_plans(dev: HostPlanDevice) -> None:
+    """Issue 22: ``explain()`` and ``measure_costs()`` work on every device."""
+    compiled = ert.function(lambda x: ert.relu(x @ x.T) + 1.0)
+    x = ert.asarray(np.ones((3, 4), "float32"), device=dev)
+    text = compiled.explain(x)
+    assert "kernels on its native arrays" in text and "matmul" in text
+    measured = compiled.measure_costs(x, repeats=2)
+    assert [step.split()[1] for step in measured] == ["transpose", "matmul", "relu", "add"]
+    assert all(ns > 0 for ns in measured.values())
+
+
+def test_explain_and_measure_costs_op_by_op_on_the_stream_test_device() -> None:
+    compiled = ert.function(lambda x: ert.exp(x) + 1.0)
+    x = ert.asarray(np.ones(4), device="teststream:0")
+    assert "called in order as eager calls on teststream:0" in compiled.explain(x)
+    measured = compiled.measure_costs(x, repeats=1)
+    assert [step.split()[1] for step in measured] == ["exp", "add"]
+    assert all(ns > 0 for ns in measured.values())

@@ -99,7 +99,20 @@ class Task:
                 queue.post(self)
                 return
             next(_offloaded_counter)
-            self.executor.submit(self._run_and_forget)
+            try:
+                self.executor.submit(self._run_and_forget)
+            except Exception as exc:  # shut down, or a device's executor refusing work
+                try:
+                    self.refused(exc)
+                finally:
+                    _outstanding.pop(id(self.result), None)
+
+    def refused(self, exc: Exception) -> None:
+        """The executor would not take this task: its result fails, saying why
+        (rather than waiting forever). Tasks with more to release extend it."""
+        name = getattr(self, "name", type(self).__name__)
+        failure = Failure(name, getattr(self, "site", None), exc)
+        self.result._complete(ERROR, failure)
 
     def _run_and_forget(self) -> None:
         try:

@@ -230,6 +230,9 @@ class _PlanTask(Task):
         for r, value in zip(results, values, strict=True):
             r._complete(READY, value)
 
+    def refused(self, exc: Exception) -> None:
+        _fail_all(self.results, Failure(self.plan.graph.name, self.site, exc))
+
 
 class _Call:
     """One execution of a multi-segment plan: its context, registers, and the

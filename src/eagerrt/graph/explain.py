@@ -21,6 +21,8 @@ def explain(name: str, compiled: Any) -> str:
     lines += [f"  {pass_name}: {summary}" for pass_name, summary in graph.log]
     lines.append("optimized graph:")
     lines += ["  " + line for line in str(graph).splitlines()]
+    if plan.op_by_op:  # a device's own plan: no generated code, no memory plan
+        return "\n".join(lines + plan.describe())
     if plan.cost <= config.graph_inline_threshold_ns:
         where = "inline, on the caller's thread (synchronous interpreter)"
     elif len(plan.segments) == 1:

@@ -153,6 +153,22 @@ class NativePlan:
             for d, v in zip(made, self.outputs, strict=True)
         ]
 
+    def time_ops(self, inputs: list[Tensor], repeats: int) -> list[tuple[str, float]]:
+        """Each op's time as an eager call (``measure_costs``; see OpByOpPlan)."""
+        return self.by_ops.time_ops(inputs, repeats)
+
+    def describe(self) -> list[str]:
+        """How this plan runs, for ``fn.explain``."""
+        how = "replayed as one captured graph" if self.captured else "enqueued as one unit"
+        lines = [
+            f"execution: {len(self._steps)} of {self.device.name}'s kernels on its native "
+            f"arrays, {how}; op by op when an input is pending or elsewhere"
+        ]
+        lines += [f"  {i}: {op.name}" for i, (op, *_) in enumerate(self._steps[:40])]
+        if len(self._steps) > 40:
+            lines.append(f"  ... ({len(self._steps)} in all)")
+        return lines
+
     @property
     def captured(self) -> bool:
         """Whether the device replays this plan as a captured graph."""

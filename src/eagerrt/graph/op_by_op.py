@@ -16,8 +16,11 @@ array([[4., 4.]])
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
+from .._core.scheduler import synchronize
 from ..tensor import Tensor
 from .ir import Graph, Value
 from .passes import cse, dce
@@ -48,11 +51,45 @@ class OpByOpPlan:
         self.graph = graph
         self.outputs = graph.outputs
 
+    def describe(self) -> list[str]:
+        """How this plan runs, for ``fn.explain``."""
+        return [
+            f"execution: {len(self.graph.nodes)} ops, called in order as eager calls on "
+            f"{self._device(self.graph)} (its streams order them)"
+        ]
+
     @staticmethod
     def _device(graph: Graph) -> str:
         for v in [*graph.inputs, *graph.outputs]:
             return str(v.device)
         return "cpu"
+
+    def time_ops(self, inputs: list[Tensor], repeats: int) -> list[tuple[str, float]]:
+        """Each op's best time over ``repeats`` eager calls on these inputs, in
+        nanoseconds, waiting for the device after each (``measure_costs``)."""
+        graph = self.graph
+        env: dict[int, Any] = {v.id: t for v, t in zip(graph.inputs, inputs, strict=True)}
+
+        def get(a: Any) -> Any:
+            if type(a) is not Value:
+                return a
+            return a.const if a.const is not None else env[a.id]
+
+        synchronize()
+        timings = []
+        for node in graph.nodes:
+            args = [get(a) for a in node.inputs]
+            best = math.inf
+            for _ in range(max(1, repeats)):
+                start = time.perf_counter_ns()
+                out = node.op(*args, **node.static)
+                synchronize()  # the device's streams too: the op's work, not its launch
+                best = min(best, time.perf_counter_ns() - start)
+            outs = [out] if len(node.outputs) == 1 else out
+            for v, t in zip(node.outputs, outs, strict=True):
+                env[v.id] = t
+            timings.append((f"{node.outputs[0].name} {node.name}", float(best)))
+        return timings
 
     def run(self, inputs: list[Tensor]) -> list[Tensor]:
         graph = self.graph

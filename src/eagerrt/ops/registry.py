@@ -488,7 +488,10 @@ class Op:
             raise call_error(DTypeError, self.name, args, static, str(exc)) from None
         kernel = self._by_device.get(dev)
         if kernel is None:
-            kernel = self._kernel_for(dev)
+            try:
+                kernel = self._kernel_for(dev)
+            except DeviceError as exc:  # said at the call, naming the user's line
+                raise call_error(DeviceError, self.name, args, static, str(exc)) from None
             # Store, then re-check: a registration that raced this lookup wins.
             self._by_device[dev] = kernel
             if self._generation != generation:
@@ -718,6 +721,10 @@ class _KernelTask(Task):
         self._done_reading()
         stop_counting_as_busy()
         result._complete(READY, value)
+
+    def refused(self, exc: Exception) -> None:
+        self._done_reading()
+        super().refused(exc)
 
     def _done_reading(self) -> None:
         # A write waiting for this read may now replace the inputs' values.
