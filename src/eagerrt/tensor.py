@@ -16,6 +16,7 @@ import collections
 import contextlib
 import html
 import math
+import threading
 from collections.abc import Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from ._core.errors import (
     UsageError,
     WaitTimeoutError,
 )
+from ._core.forking import renew_after_fork
 from ._core.scheduler import Task, _outstanding, _parked_counter
 
 if TYPE_CHECKING:
@@ -55,6 +57,19 @@ TRACED = 3
 Operand = Any
 
 _new = object.__new__
+
+
+def host_lock(t: Tensor) -> threading.Lock:
+    """The lock under which ``t``'s array is first handed out as read-only, and
+    under which a write into that same array (``t += 1`` in place,
+    ops/writes.py) checks that nobody holds it and writes: so no reader gets
+    the array between the check and the write. Striped by tensor: a long
+    write holds up only first reads of the tensors sharing its stripe."""
+    return _host_locks[(id(t) >> 4) % len(_host_locks)]
+
+
+_host_locks = tuple(threading.Lock() for _ in range(16))
+renew_after_fork(__name__, "_host_locks", lambda: tuple(threading.Lock() for _ in range(16)))
 
 
 class Tensor(AsyncValue):
@@ -293,13 +308,18 @@ class Tensor(AsyncValue):
             if state == TRACED:
                 raise source.read_error()
             value = source
-            if type(value) is not np.ndarray:
-                value = np.asarray(self.device.to_numpy(value))
             # Handed-out arrays are read-only: they may share memory with other
             # tensors (views) that pending ops still read.
-            if value.flags.writeable:
-                value.flags.writeable = False
-            self._host = value
+            if type(value) is np.ndarray:
+                with host_lock(self):
+                    if value.flags.writeable:
+                        value.flags.writeable = False
+                    self._host = value
+            else:
+                value = np.asarray(self.device.to_numpy(value))
+                if value.flags.writeable:
+                    value.flags.writeable = False
+                self._host = value
             if self._value is source and self._state == state:
                 return value
             self._forget_host()  # replaced meanwhile: read the version now current

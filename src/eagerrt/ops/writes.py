@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core import profiling
+from .._core import float_errors, profiling
 from .._core.async_value import ERROR, PENDING, READY, AsyncValue, _transition_lock
 from .._core.config import config
 from .._core.errors import (
@@ -55,7 +55,7 @@ from .._core.errors import (
 from .._core.float_errors import caller_modes, register_runner, run_here
 from .._core.forking import renew_after_fork
 from .._core.scheduler import _outstanding, schedule
-from ..tensor import TRACED, Tensor
+from ..tensor import TRACED, Tensor, host_lock
 from . import registry
 from ._rules import broadcast_shapes
 from .indexing import fill_index, indexed_shape, split_index
@@ -310,6 +310,16 @@ def _into_own_buffer(t: Tensor, op: Op, other: Any) -> bool:
         return False
     if shape != t.shape or dtype != t.dtype:
         return False
+    with host_lock(t):  # no thread hands the array out between the count and the write
+        return _write_into(t, kernel, native)
+
+
+def _write_into(t: Tensor, kernel: Any, native: Any) -> bool:
+    """The count and the write of :func:`_into_own_buffer` (under t's host lock)."""
+    # The context for numeric warnings first: between the count and the write,
+    # as few bytecodes as can be (another thread could take a view of the
+    # array meanwhile; views are made without a lock).
+    run = float_errors.enter()
     t._forget_host()  # the cache of the array t.numpy() hands out (the array itself)
     # One reference more than a lone tensor's array has is a view, an array
     # handed out or a plan's constant, which must keep its values. (Counted
@@ -321,7 +331,7 @@ def _into_own_buffer(t: Tensor, op: Op, other: Any) -> bool:
         return False
     # Read-only because t.numpy() handed it out once; nobody holds it now.
     array.flags.writeable = True
-    run_here(lambda: kernel(array, native, out=array))
+    run(kernel, array, native, array)  # (a ufunc's third positional is out=)
     t._writes = getattr(t, "_writes", 0) + 1  # views of t must see it was written
     return True
 
@@ -524,5 +534,5 @@ class _WriteTask(_KernelTask):
 
 
 # A numeric warning of a write run at its call names the op, at the user's line.
-register_runner(_into_own_buffer.__code__, lambda frame: (frame.f_locals["op"].name, None))
+register_runner(_write_into.__code__, lambda frame: (frame.f_locals["kernel"].__name__, None))
 register_runner(_write_now.__code__, lambda frame: (frame.f_locals["name"], None))
