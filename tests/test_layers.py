@@ -1,5 +1,6 @@
-"""Imports point downward only: _core knows nothing of ops or devices, devices
-nothing of ops. A layering slip here is how a runtime turns into a knot."""
+"""Imports point downward only: ``_core`` < ``devices`` < ``tensor`` < ``ops`` <
+``graph`` < the public modules (``pipeline``, ``serving``, ``onnx``, ...). A
+layering slip here is how a runtime turns into a knot."""
 
 from __future__ import annotations
 
@@ -10,11 +11,17 @@ import pytest
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "eagerrt"
 
-# package -> the parts of eagerrt it must never import
-FORBIDDEN = {
-    "_core": {"ops", "devices", "tensor", "calibrate", "lowlevel"},
-    "devices": {"ops", "tensor", "calibrate"},
-}
+# The layers, lowest first; every other top-level module or package of eagerrt
+# (pipeline, serving, onnx, profiler, weights, ...) is public and above them all.
+LAYERS = ("_core", "devices", "tensor", "ops", "graph")
+PUBLIC = {
+    p.stem if p.is_file() else p.name
+    for p in SRC.iterdir()
+    if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()
+} - set(LAYERS)
+
+# layer -> the parts of eagerrt it must never import: every layer above it
+FORBIDDEN = {layer: set(LAYERS[i + 1 :]) | PUBLIC for i, layer in enumerate(LAYERS)}
 
 
 def imported_parts(source: str, package: tuple[str, ...]) -> set[str]:
@@ -38,10 +45,15 @@ def imported_parts(source: str, package: tuple[str, ...]) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_the_public_modules_are_found() -> None:
+    assert {"pipeline", "serving", "onnx", "profiler", "weights", "lowlevel"} <= PUBLIC
+
+
+@pytest.mark.parametrize("layer", LAYERS)
 def test_layer_imports_point_downward(layer: str) -> None:
     offenders = {}
-    for path in sorted((SRC / layer).rglob("*.py")):
+    paths = [SRC / f"{layer}.py"] if (SRC / f"{layer}.py").exists() else (SRC / layer).rglob("*.py")
+    for path in sorted(paths):
         package = path.relative_to(SRC).parts[:-1]
         bad = imported_parts(path.read_text(), package) & FORBIDDEN[layer]
         if bad:
@@ -55,6 +67,21 @@ def test_layer_imports_point_downward(layer: str) -> None:
 )
 def test_checker_sees_an_upward_import(statement: str) -> None:
     assert imported_parts(statement, ("_core",)) & FORBIDDEN["_core"]
+
+
+@pytest.mark.parametrize(
+    ("layer", "package", "statement"),
+    [
+        ("tensor", (), "from .ops.registry import Op"),
+        ("ops", ("ops",), "from ..graph import tracing"),
+        ("graph", ("graph", "passes"), "from ...pipeline import map"),
+        ("devices", ("devices",), "from ..tensor import Tensor"),
+    ],
+)
+def test_checker_sees_an_upward_import_from_each_layer(
+    layer: str, package: tuple[str, ...], statement: str
+) -> None:
+    assert imported_parts(statement, package) & FORBIDDEN[layer]
 
 
 def test_checker_allows_imports_within_core() -> None:

@@ -69,6 +69,7 @@ def host_lock(t: Tensor) -> threading.Lock:
 
 
 _host_locks = tuple(threading.Lock() for _ in range(16))
+_NO_LOCK = contextlib.nullcontext()
 renew_after_fork(__name__, "_host_locks", lambda: tuple(threading.Lock() for _ in range(16)))
 
 
@@ -297,26 +298,26 @@ class Tensor(AsyncValue):
             return self._host  # read before: no flags to check, nothing to copy
         except AttributeError:
             pass
-        # No lock: a write completing on another thread may swap the version
-        # while we convert it. Writers replace the value (or state) first and
-        # forget the cache second; so we cache first and check second, and a
-        # cache of a replaced version never outlives the check or the forget.
+        # No lock against writes that swap the version while we convert it:
+        # writers replace the value (or state) first and forget the cache
+        # second; so we cache first and check second, and a cache of a
+        # replaced version never outlives the check or the forget. A host
+        # array is read and cached under the tensor's host lock, so an in-place
+        # write into that very array (which counts its holders and writes
+        # under the lock) can't slip between the read and the cache.
         while True:
-            state, source = self._state, self._value
-            if type(source) is Failure:  # the value is set before the state
-                raise source.to_exception(self._op)
-            if state == TRACED:
-                raise source.read_error()
-            value = source
-            # Handed-out arrays are read-only: they may share memory with other
-            # tensors (views) that pending ops still read.
-            if type(value) is np.ndarray:
-                with host_lock(self):
-                    if value.flags.writeable:
-                        value.flags.writeable = False
-                    self._host = value
-            else:
-                value = np.asarray(self.device.to_numpy(value))
+            lock = host_lock(self) if type(self._value) is np.ndarray else _NO_LOCK
+            with lock:
+                state, source = self._state, self._value
+                if type(source) is Failure:  # the value is set before the state
+                    raise source.to_exception(self._op)
+                if state == TRACED:
+                    raise source.read_error()
+                value = source
+                if type(value) is not np.ndarray:
+                    value = np.asarray(self.device.to_numpy(value))
+                # Handed-out arrays are read-only: they may share memory with
+                # other tensors (views) that pending ops still read.
                 if value.flags.writeable:
                     value.flags.writeable = False
                 self._host = value

@@ -251,7 +251,33 @@ def _scipy_table_inputs() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
         ("image, coordinates", (image, 10 * RNG.uniform(0, 1, (2, 5))), {}),
         ("square, x", (lambda v: v * v, u), {}),
         ("square, x, y", (lambda v: v * v, u, u + 1), {}),
+        ("8, xp=", (8,), {"xp": XP}),  # windows: made in the namespace asked for
+        ("8, 0.5, xp=", (8, 0.5), {"xp": XP}),
+        ("3, array 0.3", (3, np.array(0.3)), {}),  # filter designs
+        ("3, 1.0, array 0.3", (3, 1.0, np.array(0.3)), {}),
+        ("3, 1.0, 40.0, array 0.3", (3, 1.0, 40.0, np.array(0.3)), {}),
+        ("array 0.3, 30.0", (np.array(0.3), 30.0), {}),
+        ("15, array 0.3", (15, np.array(0.3)), {}),
     ]
+
+
+#: Stands for the namespace in a case's keywords: numpy for the expected
+#: result, eagerrt for the one checked.
+XP = object()
+
+#: Where an interpolator (a result that is a callable object) is evaluated.
+PROBE_POINTS = np.linspace(0.15, 0.85, 7)
+
+
+def _in(namespace: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: namespace if v is XP else v for k, v in kwargs.items()}
+
+
+def _probed(result: Any, asarray: Callable[[Any], Any]) -> Any:
+    """An interpolator's values at PROBE_POINTS; any other result as it is."""
+    if callable(result) and not isinstance(result, (np.ndarray, ert.Tensor)):
+        return result(asarray(PROBE_POINTS))
+    return result
 
 
 def _flatten(result: Any, into: dict[str, Any], path: str = "result") -> None:
@@ -296,7 +322,7 @@ def scipy_table_cases() -> tuple[dict[str, Callable[[], None]], list[str]]:
         for label, args, kwargs in inputs:
             try:
                 with _time_limit(5):
-                    expected = fn(*args, **kwargs)
+                    expected = _probed(fn(*args, **_in(np, kwargs)), np.asarray)
             except Exception:
                 continue
             flat: dict[str, Any] = {}
@@ -315,7 +341,8 @@ def _same_as_numpy(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], expected: dict[str, Any]
 ) -> None:
     with _time_limit(60):
-        result = fn(*(ert.asarray(a) if isinstance(a, np.ndarray) else a for a in args), **kwargs)
+        tensors = (ert.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+        result = _probed(fn(*tensors, **_in(ert, kwargs)), ert.asarray)
     got: dict[str, Any] = {}
     _flatten(result, got)
     assert got.keys() == expected.keys(), f"result parts {sorted(got)} != {sorted(expected)}"

@@ -92,14 +92,20 @@ def enter(modes: Any = _UNSET) -> Callable[..., Any]:
     """The ``run`` of this thread's context for ``modes`` (default: the
     caller's), made ``here``'s entry when they are the caller's."""
     global here
+    current = caller_modes()
     mine = modes is _UNSET
     if mine:
-        modes = caller_modes()
+        modes = current
+    if current is not None and id(current) in _ours:
+        # Inside one of ours already: a kernel waiting on other work runs it on
+        # this thread. A context can't be entered twice; the outer one's modes do.
+        if mine:
+            here = (threading.get_ident(), modes, _direct)
+        return _direct
     ident = threading.get_ident()
     known = _contexts.get((ident, id(modes)))
     if known is None or known[0] is not modes:
-        if modes is None or id(modes) in _ours:  # none to keep (no numpy support, a
-            # stream's launch), or already inside one of ours
+        if modes is None:  # none to keep: no numpy support, or a stream's launch
             run: Callable[..., Any] = _direct
         else:
             context = contextvars.Context()
@@ -108,7 +114,7 @@ def enter(modes: Any = _UNSET) -> Callable[..., Any]:
             run = context.run
         if len(_contexts) > 256:  # threads come and go: start over
             _contexts.clear()
-            _ours.clear()  # (a nested op then makes a context that changes nothing)
+            _ours.clear()  # (a nested op then gets a fresh context of its own)
         known = _contexts[(ident, id(modes))] = (modes, run)
     if mine:
         here = (ident, modes, known[1])

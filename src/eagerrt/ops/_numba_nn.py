@@ -1,8 +1,10 @@
 """numba kernels for the NN ops (convolution helpers, pooling, norms, attention).
 
-Imported lazily by the kernels in :mod:`eagerrt.ops.nn`, so ``import eagerrt``
-never waits for numba. Every kernel is ``nogil`` (workers overlap) and cached
-across processes. They write into arrays the caller allocates, so the callers
+Imported by the kernels in :mod:`eagerrt.ops.nn` on first use, so this module's
+kernels load (from numba's cache, or compile) only when a model needs them;
+numba itself is loaded by ``import eagerrt`` (the pool kernels of
+``_pooled_linear`` and ``_shared_pool`` are numba code). Every kernel is
+``nogil`` (workers overlap) and cached across processes. They write into arrays the caller allocates, so the callers
 choose layouts and block sizes.
 """
 

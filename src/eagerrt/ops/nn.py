@@ -10,7 +10,7 @@ in :mod:`~eagerrt.ops.elementwise`), ``scaled_dot_product_attention``, ``pad``,
 Each is one op: its shape rule runs at the call (bad shapes, dtypes and
 arguments fail on the user's line), its cost counts flops and bytes so heavy
 calls go to a worker, and its CPU kernel is numpy (BLAS) where numpy is fast and
-numba (:mod:`~eagerrt.ops._numba_nn`, imported on first use) where it is not.
+numba (:mod:`~eagerrt.ops._numba_nn`, whose kernels load on first use) where it is not.
 Float ops take float32 or float64 tensors and keep their dtype. Optional tensor
 arguments (a bias, a weight) that are given become operands of the op.
 
