@@ -53,6 +53,11 @@ class BoxDevice(ert.Device):
         self.downloads += 1
         return native.array.copy()
 
+    native_types = (Box,)
+
+    def native_shape_dtype(self, native: Box) -> tuple[tuple[int, ...], np.dtype]:
+        return native.array.shape, native.array.dtype
+
 
 @pytest.fixture
 def box_device() -> Iterator[BoxDevice]:
@@ -398,3 +403,32 @@ def test_an_executor_refusing_work_fails_the_result_instead_of_leaving_it_pendin
     finally:
         box_device.pool = pool
     ert.synchronize(10)  # nothing left waiting
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        (lambda x: x.array * 2, "returned a ndarray, not the device's array (Box)"),
+        (lambda x: Box(np.zeros(7)), "returned float64[7] where the op's rule says float64[3]"),
+        (lambda x: Box(x.array.astype("float32")), "float32[3] where the op's rule says float64"),
+    ],
+)
+def test_a_kernels_result_is_checked_against_the_rule(
+    box_device: BoxDevice, returned: Any, message: str, clean_errors: None
+) -> None:
+    """Issue 22: a device's kernel can't hand back the wrong type, shape or
+    dtype silently; the failure names the op and the device, on read."""
+    op = ert.define_op(_unique("custom_checked"), rule=_same_as_first)
+    op.kernel(box_device.name)(returned)
+    t = ert.asarray(np.arange(3.0), device=box_device)
+    for _ in range(2):  # the first call and the inline cache's
+        with pytest.raises(ert.KernelError, match=box_device.name) as info:
+            op(t).numpy()
+        assert message in str(info.value.__cause__)
+
+
+def test_a_user_kernel_on_the_cpu_is_checked_too(clean_errors: None) -> None:
+    op = ert.define_op(_unique("custom_cpu_checked"), rule=_same_as_first)
+    op.kernel("cpu")(lambda x: x[:1])
+    with pytest.raises(ert.KernelError, match="float64\\[1\\] where the op's rule says"):
+        op(ert.ones(3)).numpy()

@@ -37,6 +37,14 @@ class Device:
     #: :mod:`eagerrt.devices.stream`): ops call :meth:`enqueue`, and reading
     #: the data waits for the device.
     completes_at_enqueue: bool = False
+    #: The registry checks each kernel's result on this device against the
+    #: op's rule (shape, dtype, and :attr:`native_types`): on by default, since
+    #: nothing else checks a device's kernels, nor the generic ones run on its
+    #: arrays. Kernels registered from outside eagerrt are checked on every
+    #: device. (Stream devices check their own, at enqueue.)
+    checks_results: bool = True
+    #: The types of this device's native arrays (None: any type).
+    native_types: tuple[type, ...] | None = None
 
     @property
     def executor(self) -> Executor:
@@ -50,6 +58,11 @@ class Device:
     def to_numpy(self, native: Any) -> np.ndarray:
         """A native array's data as a host numpy array (may block)."""
         raise NotImplementedError
+
+    def native_shape_dtype(self, native: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        """A native array's shape and dtype (default: its ``shape`` and
+        ``dtype`` attributes), to check kernels' results against."""
+        return tuple(native.shape), np.dtype(native.dtype)
 
     def enqueue(
         self,

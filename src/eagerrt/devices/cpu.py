@@ -32,6 +32,8 @@ class CPUDevice(Device):
 
     name = "cpu"
     generic_kernels = True
+    checks_results = False  # eagerrt's own kernels, tested (users' are still checked)
+    native_types = (np.ndarray, np.generic)
 
     def __init__(self) -> None:
         self._pool: WorkerPool | None = None

@@ -146,6 +146,7 @@ class Op:
         "_preparers",
         "_specializers",
         "_static_names",
+        "_user_kernels",
         "call1",
         "call2",
         "cost",
@@ -191,6 +192,9 @@ class Op:
         self._specializers: dict[str, Callable[..., Kernel | None]] = {}
         self._preparers: dict[str, Callable[..., Kernel | None]] = {}
         self._by_device: dict[Device, Kernel] = {}
+        #: Devices (names) whose kernel came from outside eagerrt: its results
+        #: are checked against the rule, as every result on a device that asks.
+        self._user_kernels: set[str] = set()
         self._last1: tuple[Any, ...] | None = None
         self._last2: tuple[Any, ...] | None = None
         # A tensor and a weak scalar: the scalar on the left (2 * x), on the right (x * 2).
@@ -229,6 +233,8 @@ class Op:
         """
         if _builtin_names and device in (GENERIC, "cpu"):
             fn = _host_arrays_out(fn)
+        if _builtin_names:
+            self._user_kernels.add(device)
         self.forget_calls()  # first: calls in flight see the new generation
         self.kernels[device] = fn
         self._by_device.clear()
@@ -500,6 +506,8 @@ class Op:
             specializer = self._specializers.get(dev.name)
             if specializer is not None:
                 kernel = specializer(*args, **static) or kernel
+        if (dev.checks_results or self._user_kernels) and not dev.completes_at_enqueue:
+            kernel = _checking(kernel, self.name, dev, shape, dtype)
 
         if self.stateful and tracing() and _trace_recorder is not None:
             return _trace_recorder(self, args, static, shape, dtype, dev)
@@ -919,6 +927,47 @@ def _run_by_task(frame: FrameType) -> tuple[str, SourceLine | None]:
 register_runner(Op._call.__code__, _run_by_method)
 register_runner(Op._run_recorded.__code__, _run_by_method)
 register_runner(_KernelTask.run.__code__, _run_by_task)
+
+
+def _checking(
+    kernel: Kernel, name: str, dev: Device, shape: tuple[int, ...], dtype: np.dtype[Any]
+) -> Kernel:
+    """``kernel``, its result checked against the rule's shape and dtype (and
+    the device's array type): a kernel from outside eagerrt, or any kernel on a
+    device that asks, can't hand back a wrong result silently. The check made
+    for this call's signature is what the inline cache keeps for the next."""
+
+    def checked(*values: Any, **static: Any) -> Any:
+        result = kernel(*values, **static)
+        _check_result(name, dev, result, shape, dtype)
+        return result
+
+    return checked
+
+
+def _check_result(
+    name: str, dev: Device, result: Any, shape: tuple[int, ...], dtype: np.dtype[Any]
+) -> None:
+    where = f"op {name!r} on device {dev.name!r}"
+    types = dev.native_types
+    if types is not None and not isinstance(result, types):
+        wanted = " or ".join(t.__name__ for t in types)
+        raise DeviceError(
+            f"{where}: its kernel returned a {type(result).__name__}, not the device's "
+            f"array ({wanted})"
+        )
+    try:
+        got_shape, got_dtype = dev.native_shape_dtype(result)
+    except Exception as exc:
+        raise DeviceError(
+            f"{where}: can't tell the shape and dtype of the {type(result).__name__} its "
+            f"kernel returned ({exc}); define {type(dev).__name__}.native_shape_dtype"
+        ) from exc
+    if tuple(got_shape) != shape or np.dtype(got_dtype) != dtype:
+        raise DeviceError(
+            f"{where}: its kernel returned {np.dtype(got_dtype)}{list(got_shape)} where the "
+            f"op's rule says {dtype}{list(shape)}"
+        )
 
 
 def _host_arrays_out(fn: Kernel) -> Kernel:
