@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 
@@ -25,6 +26,14 @@ LONG = os.environ.get("EAGERRT_RELIABILITY_LONG", "").strip().lower() in {"1", "
 def scale(quick: int, long: int) -> int:
     """``long`` when the long variants were asked for, else ``quick``."""
     return long if LONG else quick
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collectable_again() -> Iterator[None]:
+    """Leak checks freeze what is alive (``leaks.baseline``): give it back to
+    the collector after each module."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

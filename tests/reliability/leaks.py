@@ -62,8 +62,16 @@ def settle(timeout: float = 30.0) -> None:
 
 
 def baseline() -> Baseline:
-    """Settle, then record live values, threads and traced memory."""
+    """Settle, then record live values, threads and traced memory.
+
+    What is alive now is frozen out of the collector's generations: the
+    collections and the count of live values after the case then walk only
+    what came later, not the whole heap (after the model tests it is large,
+    and each case would pay for a walk of it several times). The reliability
+    conftest unfreezes it after each module.
+    """
     settle()
+    gc.freeze()
     started = not tracemalloc.is_tracing()
     if started:
         tracemalloc.start()
