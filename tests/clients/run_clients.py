@@ -180,6 +180,55 @@ def _qmc_quad() -> None:
     _close(got.standard_error, expected.standard_error)
 
 
+def rotation_cases() -> dict[str, Callable[[], None]]:
+    """SciPy's Rotation and RigidTransform (classes, so no generic input fits
+    their table entries): made from tensors, each result equal to numpy's."""
+    from scipy.spatial.transform import RigidTransform, Rotation
+
+    q, v = RNG.standard_normal((5, 4)), RNG.standard_normal((5, 3))
+
+    def rotation(xp: Any) -> Any:
+        return Rotation.from_quat(xp.asarray(q))
+
+    def transform(xp: Any) -> Any:
+        return RigidTransform.from_components(xp.asarray(v), rotation(xp))
+
+    def canonical(r: Any) -> Any:
+        return r.as_quat(canonical=True)
+
+    made: dict[str, Callable[[Any], Any]] = {
+        "as_matrix": lambda xp: rotation(xp).as_matrix(),
+        "as_rotvec": lambda xp: rotation(xp).as_rotvec(),
+        "as_euler": lambda xp: rotation(xp).as_euler("xyz"),
+        "as_mrp": lambda xp: rotation(xp).as_mrp(),
+        "apply": lambda xp: rotation(xp).apply(xp.asarray(v)),
+        "inv": lambda xp: canonical(rotation(xp).inv()),
+        "magnitude": lambda xp: rotation(xp).magnitude(),
+        "__mul__": lambda xp: canonical(rotation(xp) * Rotation.from_quat(xp.asarray(q[::-1]))),
+        "__pow__": lambda xp: canonical(rotation(xp) ** 0.5),
+        "mean": lambda xp: canonical(rotation(xp).mean()),
+        "from_rotvec": lambda xp: Rotation.from_rotvec(xp.asarray(v)).as_quat(),
+        "from_euler": lambda xp: Rotation.from_euler("xyz", xp.asarray(v)).as_quat(),
+        "from_mrp": lambda xp: Rotation.from_mrp(xp.asarray(v * 0.3)).as_quat(),
+        "from_matrix": lambda xp: canonical(Rotation.from_matrix(rotation(xp).as_matrix())),
+        "align_vectors": lambda xp: canonical(
+            Rotation.align_vectors(xp.asarray(v), xp.asarray(v[::-1]))[0]
+        ),
+        "__getitem__": lambda xp: rotation(xp)[1:3].as_quat(),
+        "approx_equal": lambda xp: rotation(xp).approx_equal(rotation(xp)),
+        "concatenate": lambda xp: Rotation.concatenate([rotation(xp), rotation(xp)]).as_quat(),
+        "RigidTransform.as_matrix": lambda xp: transform(xp).as_matrix(),
+        "RigidTransform.apply": lambda xp: transform(xp).apply(xp.asarray(v)),
+        "RigidTransform.inv": lambda xp: transform(xp).inv().as_matrix(),
+        "RigidTransform.as_exp_coords": lambda xp: transform(xp).as_exp_coords(),
+        "RigidTransform.as_dual_quat": lambda xp: transform(xp).as_dual_quat(),
+    }
+    return {
+        f"transform.{name}": lambda make=make: _close(make(ert), make(np), 1e-9)
+        for name, make in made.items()
+    }
+
+
 def metric_cases() -> dict[str, Callable[[], None]]:
     """Every metric scikit-learn's own tests check under the Array API, through
     the checks those tests use (binary, multiclass, multilabel, pairwise...)."""
@@ -287,6 +336,9 @@ def _flatten(result: Any, into: dict[str, Any], path: str = "result") -> None:
     elif isinstance(result, (tuple, list)):
         for i, item in enumerate(result):
             _flatten(item, into, f"{path}[{i}]")
+    elif isinstance(result, dict):  # SciPy's result objects for its solvers
+        for key, value in result.items():
+            _flatten(value, into, f"{path}[{key!r}]")
     elif hasattr(result, "__dict__"):
         for key, value in vars(result).items():
             if not key.startswith("_"):
@@ -401,6 +453,7 @@ def main() -> None:
         ("sklearn", estimator_cases()),
         ("sklearn", metric_cases()),
         ("scipy", scipy_cases()),
+        ("scipy", rotation_cases()),
         ("scipy.table", table_cases),
     ):
         for name, run in cases.items():
