@@ -83,7 +83,9 @@ def _direct(fn: Callable[..., Any], /, *args: Any) -> Any:
 here: tuple[int | None, Any, Callable[..., Any]] = (None, None, _direct)
 
 #: Each thread's contexts, by the modes they were made for (and those modes,
-#: kept alive so their ids stay theirs); the modes set inside ours, by id.
+#: kept alive so their ids stay theirs); the modes set inside ours, by id
+#: (where nothing needed turning into a call, the caller's own modes: kernels
+#: made under them run directly, as they would in a context of ours).
 _contexts: dict[tuple[int, int], tuple[Any, Callable[..., Any]]] = {}
 _ours: dict[int, Any] = {}
 

@@ -789,6 +789,11 @@ def launch(
     return result
 
 
+def _call_directly(kernel: Callable[..., Any], /, *args: Any) -> Any:
+    """A stream's launcher, called as the fast path calls ``run`` (no context)."""
+    return kernel(*args)
+
+
 # The fast sync path, after TFRT's: one or two ready tensors (or a tensor and
 # a weak scalar, for ops whose rule reads only its type) with the same shapes,
 # dtypes and device as the op's previous call reuse that call's rule, cost and
@@ -797,10 +802,6 @@ def launch(
 # it. Everything else, and every miss, takes Op._call. Closures rather than
 # methods: Python calls a function found on a type (Tensor.__add__) with no
 # bound-method or __call__ indirection.
-def _call_directly(kernel: Callable[..., Any], /, *args: Any) -> Any:
-    return kernel(*args)
-
-
 def _fast_binary(op: Op) -> Callable[[Any, Any], Tensor]:
     name = op.name
 
