@@ -432,3 +432,23 @@ def test_a_user_kernel_on_the_cpu_is_checked_too(clean_errors: None) -> None:
     op.kernel("cpu")(lambda x: x[:1])
     with pytest.raises(ert.KernelError, match="float64\\[1\\] where the op's rule says"):
         op(ert.ones(3)).numpy()
+
+
+def test_stats_count_a_devices_own_queue(box_device: BoxDevice) -> None:
+    """Issue 22: ert.stats() sees the work queued on a third-party device."""
+    gate = threading.Event()
+    op = ert.define_op(_unique("custom_gated"), rule=_same_as_first, cost=lambda *a: HUGE_COST)
+
+    @op.kernel(box_device.name)
+    def _(x: Box) -> Box:
+        gate.wait(10)
+        return x
+
+    t = ert.asarray(np.arange(3.0), device=box_device)
+    outs = [op(t) for _ in range(3)]  # one runs on the device's one thread, two wait
+    try:
+        assert ert.stats().queue_depth >= 2
+    finally:
+        gate.set()
+    for out in outs:
+        np.testing.assert_array_equal(out.numpy(timeout=10), np.arange(3.0))

@@ -20,7 +20,7 @@ from ._core.async_value import (
 )
 from ._core.bridge import wait_async
 from ._core.deterministic import DeterministicRun
-from ._core.scheduler import Executor, Task, schedule
+from ._core.scheduler import Executor, Task, register_executor, schedule
 from ._core.workers import WorkerPool
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "Task",
     "WorkerPool",
     "live_async_values",
+    "register_executor",
     "run_when_ready",
     "schedule",
     "wait_async",

@@ -65,7 +65,9 @@ _executors: list[Executor] = []
 
 
 def register_executor(executor: Executor) -> None:
-    """Let :func:`stats` report this executor's queue depth."""
+    """Let :func:`stats` report this executor's queue depth (every executor an
+    op is offloaded to is registered at its first task; a device may register
+    its own earlier)."""
     if executor not in _executors:
         _executors.append(executor)
 
@@ -99,8 +101,11 @@ class Task:
                 queue.post(self)
                 return
             next(_offloaded_counter)
+            executor = self.executor
+            if executor not in _executors:  # a device's own: ert.stats() counts its queue
+                register_executor(executor)
             try:
-                self.executor.submit(self._run_and_forget)
+                executor.submit(self._run_and_forget)
             except Exception as exc:  # shut down, or a device's executor refusing work
                 try:
                     self.refused(exc)
