@@ -452,3 +452,19 @@ def test_stats_count_a_devices_own_queue(box_device: BoxDevice) -> None:
         gate.set()
     for out in outs:
         np.testing.assert_array_equal(out.numpy(timeout=10), np.arange(3.0))
+
+
+def test_a_write_by_index_on_a_device_with_its_own_arrays_is_refused_at_the_call(
+    box_device: BoxDevice,
+) -> None:
+    """Not a bare AttributeError from deep inside the write ('Box' has no copy)."""
+    t = ert.asarray(np.arange(4.0), device=box_device)
+    with pytest.raises(ert.DeviceError, match=f"{box_device.name}'s are its own") as info:
+        line = sys._getframe().f_lineno + 1
+        t[0] = 1.0
+    assert f'File "{__file__}", line {line}' in str(info.value)
+    np.testing.assert_array_equal(t.numpy(), np.arange(4.0))  # unchanged
+    with pytest.raises(ert.DeviceError) as info:
+        line = sys._getframe().f_lineno + 1
+        t += 1  # no add kernel for the device: said at this line too
+    assert f'File "{__file__}", line {line}' in str(info.value)

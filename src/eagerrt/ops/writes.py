@@ -87,6 +87,18 @@ def setitem(t: Tensor, key: Any, value: Any, /) -> None:
             template, operands = split_index(index)
         except DTypeError as exc:
             raise call_error(DTypeError, "setitem", (t,), {"index": index}, str(exc)) from None
+    device = t.device
+    if not device.generic_kernels and not device.completes_at_enqueue:
+        # The assignment is numpy indexing: a device's own array type has none.
+        raise call_error(
+            DeviceError,
+            "setitem",
+            (t,),
+            {"index": index},
+            f"writes by index need numpy-like arrays, and {device.name}'s are its own; "
+            "make a new tensor instead (ert.where, arithmetic), or write on the host: "
+            "t.to('cpu')",
+        )
     value = _check_value(t, template, operands, value, index)
     write(t, "setitem", _assign, value, operands, template=template)
 
@@ -301,7 +313,10 @@ def _into_own_buffer(t: Tensor, op: Op, other: Any) -> bool:
         native = other
     else:
         return False
-    kernel = op._kernel_for(t.device)
+    try:
+        kernel = op._kernel_for(t.device)
+    except DeviceError:  # the general path says so, at the user's line
+        return False
     if not isinstance(kernel, np.ufunc) or kernel.nin != 2:
         return False
     try:
