@@ -14,8 +14,9 @@ with it set and reads one JSON line: for each case, "ok" or why not.
 * every function in SciPy's own capabilities table (the one its documentation
   prints) as supporting the Array API, called with the first of a list of
   generic inputs that numpy accepts, equal to numpy's result; those no generic
-  input fits are named in the report; and a few SciPy functions by hand, with
-  the options (``axis=``) a user passes.
+  input fits are named in the report; and SciPy by hand: functions with the
+  options (``axis=``) a user passes, and ``Rotation``/``RigidTransform`` made
+  from tensors (classes, which the table's generic inputs can't reach).
 """
 
 from __future__ import annotations
