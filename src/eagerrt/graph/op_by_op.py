@@ -67,31 +67,28 @@ class OpByOpPlan:
     def time_ops(self, inputs: list[Tensor], repeats: int) -> list[tuple[str, float]]:
         """Each op's best time over ``repeats`` eager calls on these inputs, in
         nanoseconds, waiting for the device after each (``measure_costs``)."""
-        graph = self.graph
-        env: dict[int, Any] = {v.id: t for v, t in zip(graph.inputs, inputs, strict=True)}
-
-        def get(a: Any) -> Any:
-            if type(a) is not Value:
-                return a
-            return a.const if a.const is not None else env[a.id]
-
-        synchronize()
         timings = []
-        for node in graph.nodes:
-            args = [get(a) for a in node.inputs]
+
+        def timed(node: Any, args: list[Any]) -> Any:
             best = math.inf
             for _ in range(max(1, repeats)):
                 start = time.perf_counter_ns()
                 out = node.op(*args, **node.static)
                 synchronize()  # the device's streams too: the op's work, not its launch
                 best = min(best, time.perf_counter_ns() - start)
-            outs = [out] if len(node.outputs) == 1 else out
-            for v, t in zip(node.outputs, outs, strict=True):
-                env[v.id] = t
             timings.append((f"{node.outputs[0].name} {node.name}", float(best)))
+            return out
+
+        synchronize()
+        self._interpret(inputs, timed)
         return timings
 
     def run(self, inputs: list[Tensor]) -> list[Tensor]:
+        return self._interpret(inputs, _eager_call)
+
+    def _interpret(self, inputs: list[Tensor], call: Any) -> list[Tensor]:
+        """The graph's outputs for ``inputs``, each node's op made by
+        ``call(node, operands)`` in order."""
         graph = self.graph
         env: dict[int, Any] = {v.id: t for v, t in zip(graph.inputs, inputs, strict=True)}
 
@@ -103,10 +100,12 @@ class OpByOpPlan:
             return env[a.id]
 
         for node in graph.nodes:
-            out = node.op(*[get(a) for a in node.inputs], **node.static)
-            if len(node.outputs) == 1:
-                env[node.outputs[0].id] = out
-            else:
-                for v, t in zip(node.outputs, out, strict=True):
-                    env[v.id] = t
+            out = call(node, [get(a) for a in node.inputs])
+            outs = (out,) if len(node.outputs) == 1 else out
+            for v, t in zip(node.outputs, outs, strict=True):
+                env[v.id] = t
         return [get(v) for v in graph.outputs]
+
+
+def _eager_call(node: Any, args: list[Any]) -> Any:
+    return node.op(*args, **node.static)
