@@ -2,7 +2,7 @@
 
 Where a model's time goes on the GPU: each layer is timed alone (CUDA events
 around ``reps`` back-to-back calls, best of a few rounds) as eagerrt's cuda
-kernel through cuDNN (``ops/_cuda_dnn.py``) in float32 and on TF32 tensor cores
+kernel through cuDNN (``backends/cuda/dnn.py``) in float32 and on TF32 tensor cores
 (``config.cuda_tf32``), as its cuBLAS products (``config.cuda_cudnn`` off:
 shifted windows, im2col, or the images themselves for 1x1 layers) on TF32, and
 as ``torch.nn.functional.conv2d`` with and without TF32. Needs a GPU, CuPy and
@@ -61,7 +61,7 @@ def main() -> None:
         import torch.nn.functional as F
     except ImportError as exc:
         raise SystemExit(f"bench_cuda_conv: skipped: {exc}") from None
-    from eagerrt.ops import _cuda_nn
+    from eagerrt.backends.cuda import nn as _cuda_nn
 
     reps, rounds = (3, 2) if args.quick else (10, 3)
     rng = np.random.default_rng(0)
@@ -95,7 +95,7 @@ def main() -> None:
         print(f"{name} | " + " | ".join(f"{t:.3f}" for t in row) + ratios)
     ratios = f" | {totals[0] / totals[3]:.2f}x | {totals[1] / totals[4]:.2f}x"
     print("all | " + " | ".join(f"{t:.3f}" for t in totals) + ratios)
-    from eagerrt.ops import _cuda_dnn
+    from eagerrt.backends.cuda import dnn as _cuda_dnn
 
     library = _cuda_dnn._library()
     print("cuDNN:", f"version {library.version}" if library else "not found (cuBLAS path only)")

@@ -280,7 +280,7 @@ def _memory(
 
     asyncio.run(call(compiled))
     plan = compiled.compiled_for(ex).plan
-    new_arrays = sum(1 for s in plan.steps if s.out_kernel is None)
+    new_arrays = sum(1 for s in plan.steps if s.out_form is None)
     fig = result["figures"]
     fig["mlp_compiled_new_arrays_per_call"] = new_arrays
     add_row(result, "MLP compiled: new arrays per call (memory plan)", new_arrays, "arrays")

@@ -38,7 +38,7 @@ print("cuda runtime", cupy.cuda.runtime.runtimeGetVersion(), "driver", cupy.cuda
 print("device", cupy.cuda.runtime.getDeviceProperties(0)["name"])
 import sys
 sys.path.insert(0, "src")
-from eagerrt.ops import _cuda_dnn
+from eagerrt.backends.cuda import dnn as _cuda_dnn
 found = _cuda_dnn._find_library()
 library = _cuda_dnn._library()
 print("cudnn", found, "version", library.version if library else "not loaded")

@@ -48,6 +48,8 @@ nitpick_ignore_regex = [
     (r"py:class", r"eagerrt\.[\w.]+\.[A-Z]"),
     # What Function.compiled_for returns: an internal plan, not part of the API.
     ("py:class", "eagerrt.graph.function.Compiled"),
+    # What a backend's compiler is given: the traced graph, an internal structure.
+    ("py:class", "eagerrt.graph.ir.Graph"),
 ]
 
 

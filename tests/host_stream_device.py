@@ -38,6 +38,9 @@ class HostPlanDevice(StreamDevice):
     """Streams that run each launch at once, numpy natives, whole plans taken."""
 
     runs_native_plans = True
+    #: The cuda backend's compiler: native plans with its fusions (whose kernels
+    #: are written over the array module, so they run on numpy natives too).
+    backend = "eagerrt.backends.cuda"
 
     def __init__(self, compute_streams: int = 1) -> None:
         super().__init__(f"hostplans:{next(_names)}", compute_streams=compute_streams)

@@ -256,7 +256,7 @@ def test_conv2d_matches_the_cpu() -> None:
 
 
 def test_cudnn_convolutions_match_the_cublas_ones_and_the_cpu() -> None:
-    from eagerrt.ops import _cuda_dnn
+    from eagerrt.backends.cuda import dnn as _cuda_dnn
 
     if _cuda_dnn._find_library() is None:
         pytest.skip("cuDNN is not installed (pip install nvidia-cudnn-cu13)")
@@ -326,7 +326,8 @@ def test_eager_ops_with_scalars_launch_lean_and_match_numpy() -> None:
 
 
 def test_row_kernels_compile_and_keep_the_expressions_rules() -> None:
-    from eagerrt.ops import _cuda_nn, _cuda_rows
+    from eagerrt.backends.cuda import nn as _cuda_nn
+    from eagerrt.backends.cuda import rows as _cuda_rows
 
     rng = np.random.default_rng(5)
     scores = rng.normal(size=(3, 4, 50)).astype("float32")

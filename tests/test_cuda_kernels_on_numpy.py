@@ -1,4 +1,4 @@
-"""The cuda device's neural-network kernels (``eagerrt.ops._cuda_nn``), run on numpy.
+"""The cuda device's neural-network kernels (``eagerrt.backends.cuda.nn``), run on numpy.
 
 Those kernels are written over the array namespace of their operands, so CI,
 without a GPU, checks their arithmetic here against eagerrt's CPU ops (which
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
+from eagerrt.backends.cuda import dnn as _cuda_dnn
+from eagerrt.backends.cuda import nn as _cuda_nn
 from eagerrt.devices.device_checks import take_checks
-from eagerrt.ops import _cuda_dnn, _cuda_nn
 from eagerrt.ops.nn import _conv_geometry
 
 RNG = np.random.default_rng(7)
@@ -243,7 +244,7 @@ def test_vector_norm_by_parts(order: float, axes: tuple[int, ...]) -> None:
 
 
 def test_products_of_empty_operands() -> None:
-    from eagerrt.ops import _cuda_gemm
+    from eagerrt.backends.cuda import gemm as _cuda_gemm
 
     out = np.full((1, 2, 3), 7.0)
     _cuda_gemm.matmul_into(out, np.ones((1, 2, 0)), np.ones((1, 0, 3)), m=2, n=3, k=0)

@@ -1,6 +1,6 @@
 """Imports point downward only: ``_core`` < ``devices`` < ``tensor`` < ``ops`` <
-``graph`` < the public modules (``pipeline``, ``serving``, ``onnx``, ...). A
-layering slip here is how a runtime turns into a knot."""
+``graph`` < ``backends`` < the public modules (``pipeline``, ``serving``,
+``onnx``, ...). A layering slip here is how a runtime turns into a knot."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "eagerrt"
 
 # The layers, lowest first; every other top-level module or package of eagerrt
 # (pipeline, serving, onnx, profiler, weights, ...) is public and above them all.
-LAYERS = ("_core", "devices", "tensor", "ops", "graph")
+LAYERS = ("_core", "devices", "tensor", "ops", "graph", "backends")
 PUBLIC = {
     p.stem if p.is_file() else p.name
     for p in SRC.iterdir()
@@ -75,6 +75,9 @@ def test_checker_sees_an_upward_import(statement: str) -> None:
         ("tensor", (), "from .ops.registry import Op"),
         ("ops", ("ops",), "from ..graph import tracing"),
         ("graph", ("graph", "passes"), "from ...pipeline import map"),
+        ("graph", ("graph",), "from ..backends.cpu import out_forms"),
+        ("ops", ("ops",), "import eagerrt.backends.cuda"),
+        ("backends", ("backends", "cpu", "passes"), "from ....serving import MicroBatcher"),
         ("devices", ("devices",), "from ..tensor import Tensor"),
     ],
 )
@@ -103,3 +106,19 @@ def test_elementwise_all_lists_every_ufunc_op() -> None:
     from eagerrt.ops import elementwise
 
     assert set(elementwise.UFUNC_OPS) | {"neg", "pow"} <= set(elementwise.__all__)
+
+
+@pytest.mark.parametrize("name", ["cpu", "teststream:0", "cuda"])
+def test_each_device_names_a_backend_in_the_backends_layer(name: str) -> None:
+    """A device reaches its kernels and compiler through a module name (loaded
+    on first use); it must lie in the backends layer, where the layer rules
+    above see its imports."""
+    import importlib
+
+    from eagerrt import devices
+    from eagerrt.devices.cuda import CudaDevice
+    from eagerrt.graph.backend import Backend
+
+    module = CudaDevice.backend if name == "cuda" else devices.get_device(name).backend
+    assert module is not None and module.startswith("eagerrt.backends.")
+    assert isinstance(importlib.import_module(module).backend, Backend)

@@ -39,6 +39,7 @@ from ._core.errors import (
     WeightsError,
 )
 from ._core.scheduler import EagerErrorGroup, Stats, stats, synchronize
+from .backends import cpu as _cpu_backend  # noqa: F401 - the CPU's out forms and compiler
 from .calibrate import calibrate
 from .devices import Device, get_device, register_device
 from .dtypes import *  # noqa: F403 - the Array API's dtypes and dtype functions

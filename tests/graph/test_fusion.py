@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
-from eagerrt.graph.codegen import HEADER, NJIT, Operand, ScalarEmitter, load_source
-from eagerrt.graph.passes import fusion
+from eagerrt.backends.cpu.codegen import HEADER, NJIT, Operand, ScalarEmitter, load_source
+from eagerrt.backends.cpu.passes import fusion
 from eagerrt.ops import elementwise, manipulation, nn
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf and friends
@@ -275,7 +275,7 @@ def test_broadcasting_chain_is_one_node() -> None:
     assert fused_names(f, x, y) == ["divide", "fused[multiply,add,relu,subtract]"]
     compare(f, x, y)
     node = f.compiled_for(x, y).graph.nodes[1]
-    assert node.op.elementwise and node.op.out_kernel is not None
+    assert node.op.elementwise and node.op.out_form_for(node) is not None
     # The fused op runs eagerly too (its allocating kernel).
     by_value = {node.inputs[0].id: x, node.inputs[-1].id: y / 3}
     operands = [by_value.get(a.id, b) if hasattr(a, "id") else a for a in node.inputs]
@@ -663,7 +663,8 @@ _CHILD = textwrap.dedent(
         return ert.relu(x * 0.5 + 1.0) - 2.0
     x = ert.asarray(np.ones((3, 3), np.float32))
     y = f(x).numpy()
-    kernel = f.compiled_for(x).graph.nodes[0].op.out_kernel
+    node = f.compiled_for(x).graph.nodes[0]
+    kernel = node.op.out_form_for(node)
     stats = kernel.stats
     print(json.dumps({"hits": sum(stats.cache_hits.values()),
                       "misses": sum(stats.cache_misses.values()), "y": y.tolist()}))

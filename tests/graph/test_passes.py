@@ -24,7 +24,7 @@ from eagerrt.graph.passes import (
     fold_batch_norm,
     hoist_concat,
 )
-from eagerrt.graph.passes._rewrite import make_const, make_node
+from eagerrt.graph.passes.rewrite import make_const, make_node
 from eagerrt.graph.tracing import trace_sync
 from eagerrt.ops.registry import define_op, get_op
 
@@ -735,7 +735,7 @@ def _attention_block(split: tuple[int, ...] = (0, 2, 1, 3), merge: tuple[int, ..
 def test_attention_writes_its_heads_merged(dtype: str, batch: int) -> None:
     # The transpose that merges the heads goes: attention writes (B, L, H, E)
     # itself, and the reshape after it is a view of that buffer, not a copy.
-    from eagerrt.graph.passes import merge_heads
+    from eagerrt.backends.cpu.passes import merge_heads
 
     block = _attention_block()
     x = data(batch, 6, 16, dtype=dtype)
@@ -755,7 +755,7 @@ def test_attention_writes_its_heads_merged(dtype: str, batch: int) -> None:
 
 
 def test_attention_heads_stay_apart_where_something_else_reads_them() -> None:
-    from eagerrt.graph.passes import merge_heads
+    from eagerrt.backends.cpu.passes import merge_heads
 
     x, keys = data(2, 6, 16), rng.random((2, 1, 1, 6)) > 0.3
 

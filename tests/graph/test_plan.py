@@ -308,7 +308,7 @@ def test_layer_norm_and_attention_write_into_the_plans_buffers() -> None:
     keys = ert.asarray(rng.random((2, 1, 1, 5)) > 0.3)
     compiled = ert.function(layer)
     plan = compiled.compiled_for(x, keys).plan
-    forms = {s.node.name: s.out_kernel is not None for s in plan.steps}
+    forms = {s.node.name: s.out_form is not None for s in plan.steps}
     # (attention with its heads merged as it writes them: passes.merge_heads)
     assert forms["layer_norm"] and forms["attention[merged heads]"]
     names = [s.node.name for s in plan.steps]

@@ -30,9 +30,13 @@ class Device:
     #: The name its ops' kernels are registered under (None: ``name``), so
     #: ``cuda:0`` and ``cuda:1`` share the "cuda" kernels.
     kernel_name: str | None = None
-    #: A module (in the ops layer) registering this device's kernels, imported
-    #: when the device first looks up a kernel.
-    kernel_module: str | None = None
+    #: This device's backend: a module (``eagerrt.backends.<name>`` for eagerrt's
+    #: own devices) that registers the device's kernels and out forms as it is
+    #: imported, when the device first looks up a kernel or compiles a graph,
+    #: and defines ``backend``, an :class:`eagerrt.graph.backend.Backend` (its
+    #: graph passes and compiler). None: the registry's kernels only, and
+    #: compiled functions run op by op.
+    backend: str | None = None
     #: Results are ready once their work is enqueued (a stream device, see
     #: :mod:`eagerrt.devices.stream`): ops call :meth:`enqueue`, and reading
     #: the data waits for the device.

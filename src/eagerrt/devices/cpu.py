@@ -32,6 +32,7 @@ class CPUDevice(Device):
 
     name = "cpu"
     generic_kernels = True
+    backend = "eagerrt.backends.cpu"
     checks_results = False  # eagerrt's own kernels, tested (users' are still checked)
     native_types = (np.ndarray, np.generic)
 

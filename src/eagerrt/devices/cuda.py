@@ -13,11 +13,11 @@ and this module maps its primitives onto CuPy's documented API:
 * copies: host data is staged in pinned memory (``cupyx.empty_pinned``) and
   copied with ``ndarray.set(..., stream=)`` / ``ndarray.get(stream=, out=,
   blocking=False)`` on the copy streams;
-* kernels: an op's "cuda" kernel if it has one (``eagerrt.ops.cuda_kernels``:
+* kernels: an op's "cuda" kernel if it has one (``eagerrt.backends.cuda``:
   CuPy's ufuncs for the elementwise ops, the creation ops, and matmul and the
-  neural-network ops of ``ops/_cuda_nn.py``, whose products call cuBLAS
-  directly, ``ops/_cuda_gemm.py``, convolutions cuDNN, ``ops/_cuda_dnn.py``,
-  softmax and norms one row kernel each, ``ops/_cuda_rows.py``), else its generic
+  neural-network ops of ``backends/cuda/nn.py``, whose products call cuBLAS
+  directly, ``gemm.py``, convolutions cuDNN, ``dnn.py``,
+  softmax and norms one row kernel each, ``rows.py``), else its generic
   numpy-API kernel, which runs on cupy arrays through numpy's dispatch
   (``__array_ufunc__``, ``__array_function__``); a generic kernel that can't
   runs on the host instead, counted in ``host_fallbacks`` (none of the op
@@ -96,7 +96,7 @@ class CudaDevice(StreamDevice):
     """
 
     kernel_name = "cuda"
-    kernel_module = "eagerrt.ops.cuda_kernels"
+    backend = "eagerrt.backends.cuda"
 
     def __init__(
         self, index: int, cupy: Any, *, compute_streams: int = 1, completion: str = "callback"

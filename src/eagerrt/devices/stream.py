@@ -193,6 +193,7 @@ class StreamDevice(Device):
     """
 
     generic_kernels = True
+    backend = "eagerrt.backends.stream"
     completes_at_enqueue = True
 
     def __init__(

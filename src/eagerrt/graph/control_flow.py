@@ -40,8 +40,9 @@ from __future__ import annotations
 import inspect
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -60,9 +61,11 @@ from .._core.errors import (
     user_line,
 )
 from .._core.scheduler import Task, count_inline, schedule
+from ..devices import cpu
 from ..ops.creation import asarray
 from ..tensor import TRACED, Tensor, schedule_read
 from . import pytree, recorded_control_flow, tracing
+from .backend import backend_for, graph_device
 from .cost_model import node_cost
 from .ir import Graph, Value
 from .passes import optimize
@@ -163,7 +166,10 @@ class _Sub:
         if plan is None:
             with self._lock:  # two first runs at once must not both rewrite the graph
                 if self._plan is None:
-                    optimize(self.graph)
+                    # The branch runs as a plan inside its op's kernel, on native
+                    # arrays: the neutral passes and its device backend's own.
+                    device = graph_device(self.graph) or cpu
+                    optimize(self.graph, backend_for(device).passes)
                     self._plan = lower(self.graph)
                 plan = self._plan
         return plan
@@ -314,6 +320,8 @@ class ControlFlowOp:
     #: a user's loop while compiling, and a failing branch would leave a failure
     #: nobody reads.
     stateful = True
+    #: None: its kernel allocates its results (the branches' plans own their buffers).
+    out_forms: Mapping[str, Any] = MappingProxyType({})
 
     def __init__(self, name: str, kernel: Callable[..., Any], cost: Callable[..., float]) -> None:
         self.name = name

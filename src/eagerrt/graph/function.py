@@ -34,13 +34,12 @@ from .._core.bridge import Available
 from .._core.errors import TracingError, UsageError
 from ..tensor import TRACED, Tensor
 from . import pytree
+from .backend import backend_for, graph_device
 from .executor import run_plan
 from .ir import Graph
-from .native_plan import NativePlan, runs_native_plan
-from .op_by_op import OpByOpPlan, runs_op_by_op
-from .passes import optimize
-from .plan import Plan, lower
-from .replay import Replay
+from .native_plan import NativePlan
+from .op_by_op import OpByOpPlan
+from .plan import Plan
 from .tracing import _OUTPUT, is_tracing, output_structure, trace_async, trace_sync
 
 __all__ = ["Function", "function"]
@@ -296,20 +295,12 @@ class Function(Generic[_F]):
         kwargs: dict[str, Any],
     ) -> Compiled:
         graph.note("trace", f"{len(graph.nodes)} ops traced")
-        plan: Plan | OpByOpPlan | NativePlan
-        native_device = runs_native_plan(graph)
-        if native_device is not None:  # a device taking whole plans (cuda)
-            plan = NativePlan(graph, native_device)
-        elif runs_op_by_op(graph):  # another device: its ops, called in order
+        plan: Plan | OpByOpPlan | NativePlan | None = None
+        device = graph_device(graph)
+        if device is not None:  # one device: its backend's compiler, if it has one
+            plan = backend_for(device).compile(graph)
+        if plan is None:  # no compiler, or values on several devices: ops called in order
             plan = OpByOpPlan(graph)
-        else:
-            for c in graph.constants():
-                if type(c.const) is Tensor:
-                    c.const = c.const._native()  # a failed weight raises its KernelError here
-            replay = Replay(graph)  # before the passes rewrite the graph's nodes
-            optimize(graph)
-            plan = lower(graph)
-            plan.replay = replay
         if structure == _ONE_OUTPUT:
             structure = _ONE_OUTPUT  # the same object: finish() tests identity
         compiled = Compiled(graph, plan, structure, positions)

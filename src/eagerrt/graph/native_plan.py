@@ -1,12 +1,11 @@
-"""Compiled functions on devices that run whole plans (the cuda device).
+"""Compiled functions on stream devices that run whole plans (the cuda device).
 
 The CPU's plans generate Python over numpy buffers; a stream device whose
-``runs_native_plans`` is set takes a plan as one unit of work instead. The graph
-keeps the device-neutral rewrites (dead code, common subexpressions) and takes
-two of its own, for what the cuda device's kernels do in one launch (a
-convolution and the ReLU after it, :mod:`eagerrt.graph.passes.conv_relu`; a
-residual sum and the layer norm after it,
-:mod:`eagerrt.graph.passes.add_layer_norm`); each
+``runs_native_plans`` is set takes a plan as one unit of work instead (its
+backend, :mod:`eagerrt.backends.stream`, compiles graphs to this plan). The
+graph keeps the device-neutral rewrites (dead code, common subexpressions), then
+the backend's own passes (the cuda backend's fuse what its kernels do in one
+launch: :mod:`eagerrt.backends.cuda.passes`); each
 remaining node becomes a call of its op's kernel for that device, on native
 arrays, with no tensor, rule or scheduler in between. The device enqueues the
 whole sequence on one stream, ordered after the inputs and constants it reads
@@ -19,31 +18,18 @@ device) run the graph op by op instead, as eager calls would.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .._core.async_value import READY
 from .._core.errors import Failure, user_line
 from ..devices.stream import DeviceValue, StreamDevice
 from ..tensor import Tensor
+from .backend import Pass
 from .ir import Graph, Value
 from .op_by_op import OpByOpPlan
-from .passes import add_layer_norm, conv_relu
 
-__all__ = ["NativePlan", "runs_native_plan"]
-
-
-def runs_native_plan(graph: Graph) -> StreamDevice | None:
-    """The device that runs ``graph`` as one native plan: its one device, if
-    that device runs native plans; else None."""
-    values = [*graph.inputs, *graph.outputs, *graph.constants()]
-    values += [v for node in graph.nodes for v in node.outputs]
-    devices = {v.device for v in values}
-    if len(devices) != 1:
-        return None
-    (device,) = devices
-    if isinstance(device, StreamDevice) and device.runs_native_plans:
-        return device
-    return None
+__all__ = ["NativePlan"]
 
 
 # Where a kernel's operand comes from: an input, an earlier result, a constant
@@ -57,12 +43,12 @@ class NativePlan:
     #: run_plan hands these to :meth:`run` (the CPU's plans run generated code).
     op_by_op = True
 
-    def __init__(self, graph: Graph, device: StreamDevice) -> None:
+    def __init__(self, graph: Graph, device: StreamDevice, passes: Sequence[Pass] = ()) -> None:
         self.by_ops = OpByOpPlan(graph)  # dead code and common subexpressions gone
-        # After them (a fused node's parts are no longer shared): the fusions the
-        # cuda device's kernels make one (cuDNN's epilogue, a row kernel's sum).
-        conv_relu.run(graph)
-        add_layer_norm.run(graph)
+        # After them (a fused node's parts are no longer shared): the backend's
+        # fusions of what its kernels do in one launch.
+        for run in passes:
+            run(graph)
         self.graph = graph
         self.device = device
         self.outputs = graph.outputs

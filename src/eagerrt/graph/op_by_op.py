@@ -1,10 +1,11 @@
-"""Running a graph op by op: compiled functions on devices other than the CPU.
+"""Running a graph op by op: compiled functions on a device whose backend has no
+compiler, or whose device does not take this graph as a plan, or whose values
+span several devices (see :mod:`eagerrt.graph.backend`).
 
-The CPU's plans generate Python over numpy buffers and fuse into numba kernels;
-neither applies to a stream device, whose ops enqueue work and return at once.
-There a compiled function keeps the device-neutral rewrites (dead code, common
-subexpressions) and calls each remaining op like an eager call: the device's
-own ordering (streams, events) does the rest.
+A stream device's ops enqueue work and return at once. There a compiled function
+keeps the device-neutral rewrites (dead code, common subexpressions) and calls
+each remaining op like an eager call: the device's own ordering (streams,
+events) does the rest.
 
 >>> import numpy as np, eagerrt as ert
 >>> dev = ert.get_device("teststream:0")
@@ -25,14 +26,7 @@ from ..tensor import Tensor
 from .ir import Graph, Value
 from .passes import cse, dce
 
-__all__ = ["OpByOpPlan", "runs_op_by_op"]
-
-
-def runs_op_by_op(graph: Graph) -> bool:
-    """Whether any value of ``graph`` lives on a device other than the CPU."""
-    values = [*graph.inputs, *graph.outputs, *graph.constants()]
-    values += [v for node in graph.nodes for v in node.outputs]
-    return any(getattr(v.device, "name", "cpu") != "cpu" for v in values)
+__all__ = ["OpByOpPlan"]
 
 
 class OpByOpPlan:

@@ -24,7 +24,7 @@ from .._core.config import config
 from .._core.errors import Failure
 from .cost_model import assign_streams, node_cost
 from .ir import Graph, Node, Value, format_node
-from .kernels import kernel_for, out_kernel_for, writes_elementwise
+from .kernels import kernel_for, out_form_for, writes_elementwise
 from .memory_plan import MemoryPlan, PlannedStep, plan_memory
 from .replay import Replay
 
@@ -37,7 +37,7 @@ _SCALAR_LITERALS = (bool, int)
 class Step:
     node: Node
     kernel: Callable[..., Any]
-    out_kernel: Callable[..., Any] | None
+    out_form: Callable[..., Any] | None
     cost: float
     stream: int = 0
     line: int = 0  # in the generated source
@@ -267,7 +267,7 @@ def lower(graph: Graph) -> Plan:
     steps: list[Step] = []
     for node in graph.nodes:
         kernel = kernel_for(node)
-        out_form = out_kernel_for(node, kernel)
+        out_form = out_form_for(node, kernel)
         steps.append(Step(node, kernel, out_form, node_cost(node)))
     costs = [s.cost for s in steps]
     if sum(costs) > config.graph_inline_threshold_ns:  # not run inline: worth spreading
@@ -283,8 +283,8 @@ def lower(graph: Graph) -> Plan:
         PlannedStep(
             outputs=s.node.outputs,
             inputs=list(s.node.value_inputs()),
-            has_out_form=s.out_kernel is not None,
-            in_place_ok=s.out_kernel is not None and writes_elementwise(s.node, s.kernel),
+            has_out_form=s.out_form is not None,
+            in_place_ok=s.out_form is not None and writes_elementwise(s.node, s.kernel),
             stream=s.stream,
         )
         for s in steps
@@ -411,12 +411,12 @@ def _generate(graph: Graph, steps: list[Step], segments: list[Segment], memory: 
         for step in seg.steps:
             node = step.node
             call_args = [operand(a) for a in node.inputs]
-            kname = bind("k", step.kernel if step.out_kernel is None else step.out_kernel)
-            static = node.static if step.out_kernel is None else {}
+            kname = bind("k", step.kernel if step.out_form is None else step.out_form)
+            static = node.static if step.out_form is None else {}
             call_args += [f"{key}={bind('s', value)}" for key, value in static.items()]
             comment = f"  # {format_node(node)}"
             out = node.outputs[0]
-            if step.out_kernel is not None:
+            if step.out_form is not None:
                 lines.append(f"    {kname}({', '.join(call_args)}, {names[out.id]}){comment}")
             else:
                 lhs = ", ".join(f"v{v.id}" for v in node.outputs)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .._core.errors import DTypeError
-from ..devices import get_device
+from ..devices import cpu, get_device
 from ..devices.base import Device
 from ..tensor import Tensor
 from . import reduction
@@ -56,7 +56,7 @@ def from_dlpack(
     target = get_device(device)
     if not hasattr(x, "__dlpack__"):
         raise DTypeError(f"from_dlpack needs an object with __dlpack__, got {type(x).__name__}")
-    if target.name != "cpu":
+    if target is not cpu:
         return asarray(np.from_dlpack(x, copy=copy), device=target)
     try:
         array = np.from_dlpack(x, copy=copy)

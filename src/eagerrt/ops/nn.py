@@ -2653,7 +2653,7 @@ def sdpa_out_form(
     buffer is (B, L, H, E), the (B, H, L, E) result's heads merged: attention
     writes each head's rows where they go there (strided), and the usual
     transpose and reshape that follow it cost no copy (see
-    :mod:`eagerrt.graph.passes.merge_heads`)."""
+    :mod:`eagerrt.backends.cpu.passes.merge_heads`)."""
     q, k, v = inputs[:3]
     mask = inputs[3] if len(inputs) > 3 else None
     is_causal = bool(static.get("is_causal", False))

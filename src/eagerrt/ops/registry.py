@@ -7,7 +7,10 @@ An op is a name plus tables of rules, after JAX's primitives:
 * a **cost** ``cost(shape, dtype, *args, **static) -> nanoseconds`` that the
   scheduler compares with ``config.inline_threshold_ns``;
 * **kernels** by device name, where a device's own kernel overrides the generic
-  (numpy-API) one.
+  (numpy-API) one;
+* **out forms** by device name, for graph mode: ``form(*arrays, out)`` writes the
+  result into a buffer the compiled plan's memory plan gives (see :meth:`Op.out_form`).
+  A device's backend registers both as it loads (see :mod:`eagerrt.graph.backend`).
 
 Positional arguments are tensors (anything array-like is converted) or Python
 scalars (kept as weak scalars, as numpy does); keyword arguments are static
@@ -28,9 +31,9 @@ import importlib
 import inspect
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from threading import get_ident
-from types import FrameType
+from types import FrameType, MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -65,6 +68,7 @@ __all__ = [
     "exposes",
     "get_op",
     "launch",
+    "load_backend_module",
     "registered_ops",
 ]
 
@@ -143,6 +147,7 @@ class Op:
         "_last2l",
         "_last2r",
         "_operand_names",
+        "_out_forms",
         "_preparers",
         "_specializers",
         "_static_names",
@@ -191,6 +196,7 @@ class Op:
         self.kernels: dict[str, Kernel] = {}
         self._specializers: dict[str, Callable[..., Kernel | None]] = {}
         self._preparers: dict[str, Callable[..., Kernel | None]] = {}
+        self._out_forms: dict[str, Callable[[Any], Kernel | None]] = {}
         self._by_device: dict[Device, Kernel] = {}
         #: Devices (names) whose kernel came from outside eagerrt: its results
         #: are checked against the rule, as every result on a device that asks.
@@ -231,9 +237,10 @@ class Op:
         one of the rule's shape and dtype. On the CPU, a user kernel's list or
         Python number is turned into an array for the ops that read it.
         """
-        if _builtin_names and device in (GENERIC, "cpu"):
+        from_user = bool(_builtin_names) and not _backends_loading
+        if from_user and device in (GENERIC, "cpu"):
             fn = _host_arrays_out(fn)
-        if _builtin_names:
+        if from_user:
             self._user_kernels.add(device)
         self.forget_calls()  # first: calls in flight see the new generation
         self.kernels[device] = fn
@@ -270,6 +277,34 @@ class Op:
 
         return register
 
+    def out_form(self, device: str) -> Callable[[Callable[[Any], Kernel | None]], Any]:
+        """Decorator: ``fn(node)`` gives this op's *out form* on ``device`` for a
+        graph node (its operands' shapes, dtypes and constants are the node's),
+        or None where the node's kernel must allocate its result. An out form
+        ``form(*arrays, out)`` writes the result into ``out``, a buffer the
+        compiled plan's memory plan reuses across steps; static arguments are
+        bound by ``fn``. Eager calls never use it.
+        """
+
+        def register(fn: Callable[[Any], Kernel | None]) -> Callable[[Any], Kernel | None]:
+            self._out_forms[device] = fn
+            return fn
+
+        return register
+
+    @property
+    def out_forms(self) -> Mapping[str, Callable[[Any], Kernel | None]]:
+        """The out forms' makers registered, by device name (read only)."""
+        return MappingProxyType(self._out_forms)
+
+    def out_form_for(self, node: Any) -> Kernel | None:
+        """The out form registered for ``node``'s device (or the generic one)."""
+        device = node.out.device
+        maker = self._out_forms.get(device.kernel_name or device.name)
+        if maker is None:
+            maker = self._out_forms.get(GENERIC)
+        return None if maker is None else maker(node)
+
     def forget_calls(self) -> None:
         """Drop the fast path's memory of the last call (kernels or costs changed)."""
         # A call that looked up the old kernel must not store it after this.
@@ -277,8 +312,8 @@ class Op:
         self._last1 = self._last2 = self._last2l = self._last2r = None
 
     def _kernel_for(self, device: Device) -> Kernel:
-        if device.kernel_module is not None:  # the device's kernels, registered on first use
-            importlib.import_module(device.kernel_module)
+        if device.backend is not None and device.backend not in _loaded_backends:
+            load_backend_module(device.backend)
         kernel = self.kernels.get(device.kernel_name or device.name)
         if kernel is None and device.generic_kernels:
             kernel = self.kernels.get(GENERIC)
@@ -1044,6 +1079,22 @@ def define_op(
 
 
 _builtin_names: frozenset[str] = frozenset()
+_loaded_backends: set[str] = set()
+_backends_loading = 0  # > 0 while a backend module registers eagerrt's own kernels
+
+
+def load_backend_module(module: str) -> Any:
+    """Import a device's backend module (once): the kernels it registers as it
+    loads are eagerrt's (or the device maker's) own, not a user's, so they are
+    neither wrapped nor checked as user kernels are."""
+    global _backends_loading
+    _backends_loading += 1
+    try:
+        loaded = importlib.import_module(module)
+    finally:
+        _backends_loading -= 1
+    _loaded_backends.add(module)
+    return loaded
 
 
 def seal_builtin_ops() -> None:

@@ -1,4 +1,6 @@
-"""Graph passes, one module each, run in order by :func:`optimize`.
+"""The device-neutral graph passes, one module each, run in order by :func:`optimize`,
+then a device backend's own (the CPU's fuse into generated numba code:
+:mod:`eagerrt.backends.cpu.passes`).
 
 Each pass is ``run(graph) -> int`` (how many rewrites it made), edits the
 graph in place and keeps :meth:`Graph.verify`'s invariants; ``optimize``
@@ -7,19 +9,16 @@ records what each did in ``graph.log`` for ``explain()``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..ir import Graph
-from . import algebraic, constant_folding, cse, dce, fold_batch_norm, hoist_concat, merge_heads
-from .epilogue import run as fuse_epilogues
-from .fusion import run as fuse_elementwise
-from .regions import run as fuse_small_regions
+from . import algebraic, constant_folding, cse, dce, fold_batch_norm, hoist_concat
 
 __all__ = ["PIPELINE", "optimize"]
 
 #: (name, pass) in the order they run. Simplifications first, then folding
-#: (which needs them), then the rewrites that enable vectorizing, then fusion
-#: (epilogues before general elementwise fusion), and a final clean-up.
+#: (which needs them), then the rewrites that enable vectorizing; a backend's
+#: passes (fusion) run after these.
 PIPELINE: list[tuple[str, Callable[[Graph], int]]] = [
     ("dead code elimination", dce.run),
     ("common subexpressions", cse.run),
@@ -31,17 +30,15 @@ PIPELINE: list[tuple[str, Callable[[Graph], int]]] = [
     ("algebraic simplification", algebraic.run),  # the joined slices hoisting leaves
     ("constant folding", constant_folding.run),
     ("common subexpressions", cse.run),
-    ("small-op regions", fuse_small_regions),
-    ("attention heads merged", merge_heads.run),
-    ("epilogue fusion", fuse_epilogues),
-    ("elementwise fusion", fuse_elementwise),
-    ("dead code elimination", dce.run),
 ]
 
 
-def optimize(graph: Graph, *, verify: bool = False) -> Graph:
-    """Run every pass in :data:`PIPELINE` over ``graph`` (in place)."""
-    for name, run in PIPELINE:
+def optimize(
+    graph: Graph, passes: Sequence[tuple[str, Callable[[Graph], int]]] = (), *, verify: bool = False
+) -> Graph:
+    """Run every pass in :data:`PIPELINE`, then ``passes`` (a backend's), over
+    ``graph`` (in place)."""
+    for name, run in [*PIPELINE, *passes]:
         changed = run(graph)
         graph.note(name, f"{changed} rewrite{'s' if changed != 1 else ''}")
         if verify:

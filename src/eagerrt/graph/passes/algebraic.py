@@ -36,7 +36,7 @@ import numpy as np
 
 from ..ir import Graph, Node, Operand, Value
 from . import dce
-from ._rewrite import builtin, const_array, make_node
+from .rewrite import builtin, const_array, make_node
 
 __all__ = ["run"]
 

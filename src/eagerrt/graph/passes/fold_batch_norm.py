@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import Graph, Node, Operand, Value
-from ._rewrite import builtin, const_array, make_const, make_node, single_reader
+from .rewrite import builtin, const_array, make_const, make_node, single_reader
 
 __all__ = ["run"]
 

@@ -10,7 +10,7 @@ graph's nodes as its kernels) takes them as one node::
     %2 = add(%1, %r)
     %3 = relu(%2)
 
-The node's cuda kernel is ``ops._cuda_nn.conv2d_relu``; its generic one
+The node's cuda kernel is ``ops.cuda_nn.conv2d_relu``; its generic one
 computes the same in numpy (convolution, sum, ReLU). Refused: a convolution
 or sum something else also reads (it would be computed twice), a residual of
 another shape or dtype than the convolution's output, or one added to a
@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from ...ops import _cuda_nn
-from ...ops.nn import _conv2d_kernel, _conv2d_rule
-from ...ops.registry import GENERIC, Op
-from ..ir import Graph, Node, Value
-from ._rewrite import builtin, make_node, single_reader
+from ....graph.ir import Graph, Node, Value
+from ....graph.passes.rewrite import builtin, make_node, single_reader
+from ....ops.nn import _conv2d_kernel, _conv2d_rule
+from ....ops.registry import GENERIC, Op
+from .. import nn as cuda_nn
 
 __all__ = ["conv2d_relu", "run"]
 
@@ -58,7 +58,7 @@ def _kernel(
 #: registered by name).
 conv2d_relu = Op("conv2d_relu", _rule, operands=4, weak_scalars=False, doc=__doc__)
 conv2d_relu.register_kernel(GENERIC, _kernel)
-conv2d_relu.register_kernel("cuda", _cuda_nn.conv2d_relu)
+conv2d_relu.register_kernel("cuda", cuda_nn.conv2d_relu)
 
 
 def run(graph: Graph) -> int:

@@ -23,12 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..._core.config import config
-from ...ops._pooled_linear import PooledLinear, driver_source, pool_applies
+from ...._core.config import config
+from ....graph.cost_model import node_cost
+from ....graph.ir import Graph, Node, Value
+from ....graph.kernels import kernel_for, out_form_for
+from ....ops._pooled_linear import PooledLinear, driver_source, pool_applies
 from ..codegen import load_source
-from ..cost_model import node_cost
-from ..ir import Graph, Node, Value
-from ..kernels import kernel_for, matmul_by_rows, out_kernel_for
+from ..out_forms import matmul_by_rows
 from .fusion import (
     build_program,
     compile_kernel,
@@ -51,7 +52,7 @@ _producers: dict[int, str] | None = None
 def _producer_ops() -> dict[int, str]:
     global _producers
     if _producers is None:
-        from ...ops import linalg, nn
+        from ....ops import linalg, nn
 
         _producers = {
             id(linalg.matmul): "matmul",
@@ -121,12 +122,12 @@ def _image_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
 
 
 def _by_images(product_into: Any, n_product: int, modes: list[bool], ew: Any) -> Any:
-    """``out_kernel(*product_args, *rest, out)``: the convolution, with ``ew``
+    """``form(*product_args, *rest, out)``: the convolution, with ``ew``
     run on each run of images [first, end) as soon as the convolution has
     written them (in cache, on the thread that finished them). Runs are slices
     of the leading dimension, C-contiguous as the whole buffers are."""
 
-    def out_kernel(*args: Any) -> None:
+    def form(*args: Any) -> None:
         out = args[-1]
 
         def epilogue(first: int, end: int) -> None:
@@ -139,11 +140,11 @@ def _by_images(product_into: Any, n_product: int, modes: list[bool], ew: Any) ->
 
         product_into(*args[:n_product], out, epilogue=epilogue)
 
-    return out_kernel
+    return form
 
 
 def _by_rows(product_into: Any, n_product: int, modes: list[bool], ew: Any, pooled: Any) -> Any:
-    """``out_kernel(*product_args, *rest, out)``: the product, with ``ew`` run on
+    """``form(*product_args, *rest, out)``: the product, with ``ew`` run on
     each block of rows as soon as the product has written it (in cache, and on
     whichever thread computed the block). Blocks are views of shape (1, ..., rows,
     n), which the loop nest handles: it takes its bounds from ``out``, operands by
@@ -152,7 +153,7 @@ def _by_rows(product_into: Any, n_product: int, modes: list[bool], ew: Any, pool
     running the epilogue's generated driver) the whole is one pool kernel where
     it can run."""
 
-    def out_kernel(*args: Any) -> None:
+    def form(*args: Any) -> None:
         out = args[-1]
         if pooled is not None and pooled(args[0], args[1], args[n_product:-1], out):
             return
@@ -175,7 +176,7 @@ def _by_rows(product_into: Any, n_product: int, modes: list[bool], ew: Any, pool
 
         product_into(*args[:n_product], out, epilogue=epilogue)
 
-    return out_kernel
+    return form
 
 
 def _wrapper(
@@ -188,7 +189,7 @@ def _wrapper(
     ew: Any,
     pooled: Any = None,
 ) -> Any:
-    """``out_kernel(*product_args, *rest, out)``: the product (``kernel``, or its
+    """``form(*product_args, *rest, out)``: the product (``kernel``, or its
     out form where it has one), then ``ew`` over it (see :func:`_by_rows` for
     ``pooled``)."""
     modes = _row_blocks(product, rest) if out_form is not None else None
@@ -208,7 +209,7 @@ def _wrapper(
         first = f"    r = product({', '.join(params[:n_product])}{static})"
         ew_args = [*rest[:slot], "r", *rest[slot:]]
     source = (
-        f"def out_kernel({', '.join([*params, 'out'])}):\n"
+        f"def form({', '.join([*params, 'out'])}):\n"
         f"{first}\n    ew({', '.join([*ew_args, 'out'])})\n"
     )
     namespace: dict[str, Any] = {
@@ -217,7 +218,7 @@ def _wrapper(
         "static": dict(product.static),
     }
     exec(compile(source, f"<eagerrt epilogue {product.name}>", "exec"), namespace)
-    return namespace["out_kernel"]
+    return namespace["form"]
 
 
 def _foldable_bias(product: Node, value: Value) -> Value | None:
@@ -294,7 +295,7 @@ def _fuse(group: list[Node], value: Value) -> Node | None:
     # With an out form the product is written into the output buffer and the
     # epilogue reads it from there; otherwise it reads the product's own array.
     kernel = kernel_for(product)
-    out_form = out_kernel_for(product, kernel)
+    out_form = out_form_for(product, kernel)
     in_place = out_form is not None
     source = program.kernel_source(from_out=slot if in_place else None)
     root = group[-1].out
@@ -305,11 +306,11 @@ def _fuse(group: list[Node], value: Value) -> Node | None:
     if ew is None:
         return None
     pooled = None if pool is None else _pooled_driver(source, product, rest, root, pool)
-    out_kernel = _wrapper(product, kernel, out_form, len(product.inputs), slot, rest, ew, pooled)
+    form = _wrapper(product, kernel, out_form, len(product.inputs), slot, rest, ew, pooled)
     cost = node_cost(product) + fused_cost(group) - config.op_overhead_ns
     op = make_op(
         display_name("fused", [product.name, *program.names]),
-        out_kernel,
+        form,
         root.shape,
         root.dtype,
         max(cost, config.op_overhead_ns),

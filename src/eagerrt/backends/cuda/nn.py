@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..devices.device_checks import check_later
-from . import _cuda_dnn, _cuda_gemm, _cuda_rows
-from ._rules import as_float
-from .nn import (
+from ...devices.device_checks import check_later
+from ...ops._rules import as_float
+from ...ops.nn import (
     _adaptive_size,
     _affine,
     _attention_geometry,
@@ -32,6 +31,7 @@ from .nn import (
     _normalized_shape,
     _pool_geometry,
 )
+from . import dnn, gemm
 
 __all__ = [
     "adaptive_avg_pool2d",
@@ -61,20 +61,20 @@ def _xp(a: Any) -> Any:
 
 # -- products ---------------------------------------------------------------------------
 def matmul(a: Any, b: Any) -> Any:
-    """``a @ b`` through :func:`._cuda_gemm.matmul_into` (so compiled plans
+    """``a @ b`` through :func:`.gemm.matmul_into` (so compiled plans
     capture it; CuPy's own refuses cuBLAS while capturing): one product for
     a (..., m, k) @ (k, n), one strided-batched product for operands of one
     batch shape; anything else (vectors, broadcast batches, other dtypes)
     as CuPy's ``matmul``."""
     xp = _xp(a)
-    if a.ndim < 2 or b.ndim < 2 or not _cuda_gemm.supported(a, b) or a.shape[-1] != b.shape[-2]:
+    if a.ndim < 2 or b.ndim < 2 or not gemm.supported(a, b) or a.shape[-1] != b.shape[-2]:
         return xp.matmul(a, b)
     (m, k), n = a.shape[-2:], b.shape[-1]
     if b.ndim == 2:  # every row of a against one matrix: a single product
         rows = math.prod(a.shape[:-1])
         out = xp.empty((1, rows, n), a.dtype)
         left = xp.ascontiguousarray(a).reshape(1, rows, k)
-        _cuda_gemm.matmul_into(out, left, xp.ascontiguousarray(b)[None], m=rows, n=n, k=k)
+        gemm.matmul_into(out, left, xp.ascontiguousarray(b)[None], m=rows, n=n, k=k)
         return out.reshape(*a.shape[:-1], n)
     if a.shape[:-2] != b.shape[:-2]:
         return xp.matmul(a, b)
@@ -82,7 +82,7 @@ def matmul(a: Any, b: Any) -> Any:
     out = xp.empty((batch, m, n), a.dtype)
     left = xp.ascontiguousarray(a).reshape(batch, m, k)
     right = xp.ascontiguousarray(b).reshape(batch, k, n)
-    _cuda_gemm.matmul_into(out, left, right, m=m, n=n, k=k)
+    gemm.matmul_into(out, left, right, m=m, n=n, k=k)
     return out.reshape(*a.shape[:-2], m, n)
 
 
@@ -92,11 +92,11 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Any:
     xp = _xp(x)
     k = x.shape[-1]
     rows = xp.ascontiguousarray(x.reshape(-1, k) if x.ndim != 2 else x)
-    if _cuda_gemm.supported(rows, weight):
+    if gemm.supported(rows, weight):
         m, n = rows.shape[0], weight.shape[0]
         out = xp.empty((1, m, n), rows.dtype)
         weight = xp.ascontiguousarray(weight)
-        _cuda_gemm.matmul_into(out, rows[None], weight[None], m=m, n=n, k=k, b_transposed=True)
+        gemm.matmul_into(out, rows[None], weight[None], m=m, n=n, k=k, b_transposed=True)
     else:
         out = xp.matmul(rows, weight.T)
     if bias is not None:
@@ -114,7 +114,7 @@ def conv2d(
     dilation: Any = 1,
     groups: int = 1,
 ) -> Any:
-    """conv2d: cuDNN's where it is installed (:mod:`._cuda_dnn`); else cuBLAS
+    """conv2d: cuDNN's where it is installed (:mod:`.dnn`); else cuBLAS
     products sharing the weight across the batch: a 1x1 stride-1 convolution
     multiplies the images as they are; another stride-1 one sums one product
     per tap over shifted windows of the padded images (:func:`_shifted_products`);
@@ -136,7 +136,7 @@ def conv2d_relu(
     groups: int = 1,
 ) -> Any:
     """``relu(conv2d(x, weight, bias) + residual)`` (a compiled plan's fused
-    node, ``graph/passes/conv_relu.py``): one cuDNN kernel where cuDNN takes
+    node, ``backends/cuda/passes/conv_relu.py``): one cuDNN kernel where cuDNN takes
     the convolution, else the convolution, then the sum and ReLU in place."""
     g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
     return _convolve(_xp(x), x, weight, bias, g, residual, relu=True)
@@ -149,12 +149,12 @@ def _convolve(
     where it takes it, the epilogue in its kernel; else the cuBLAS products
     (:func:`conv2d`'s docstring), the epilogue in place after them."""
     x4 = x if x.ndim == 4 else x[None]
-    dnn = _cuda_dnn.describe(x4, weight, g, bias) if _cuda_dnn.available(x) else None
-    if dnn is not None and (residual is None or residual.dtype == x.dtype):
+    described = dnn.describe(x4, weight, g, bias) if dnn.available(x) else None
+    if described is not None and (residual is None or residual.dtype == x.dtype):
         if residual is not None:
             residual = xp.ascontiguousarray(residual).reshape(g.n, g.o, g.ho, g.wo)
-        out = _cuda_dnn.convolve(
-            dnn,
+        out = dnn.convolve(
+            described,
             xp.ascontiguousarray(x4),
             xp.ascontiguousarray(weight),
             bias,
@@ -168,7 +168,7 @@ def _convolve(
     if g.groups == 1 and g.kh == g.kw == 1 and g.sh == g.sw == 1 and not (g.ph or g.pw):
         cols = x4.reshape(g.n, g.c, g.h * g.w)  # a 1x1 stride-1 convolution: the images
         out = _shared_weight_products(xp, weight.reshape(g.o, taps), cols)
-    elif g.groups == 1 and g.sh == g.sw == 1 and _cuda_gemm.supported(x4, weight):
+    elif g.groups == 1 and g.sh == g.sw == 1 and gemm.supported(x4, weight):
         out = _shifted_products(xp, x4, weight, g)
     elif g.groups == 1:
         cols = _im2col(xp, x4, g).reshape(g.n, taps, g.ho * g.wo)
@@ -189,14 +189,14 @@ def _shared_weight_products(xp: Any, weight: Any, cols: Any) -> Any:
     one strided-batched product whose weight is shared (stride 0), on TF32 tensor
     cores where ``config.cuda_tf32`` says (CuPy's ``matmul`` would broadcast the
     weight through an array of pointers, without TF32)."""
-    if not _cuda_gemm.supported(weight, cols):
+    if not gemm.supported(weight, cols):
         return xp.matmul(weight, cols)
     n, k, p = cols.shape
     o = weight.shape[0]
     weight, cols = xp.ascontiguousarray(weight), xp.ascontiguousarray(cols)
     out = xp.empty((n, o, p), cols.dtype)
-    tf32 = _cuda_gemm.tf32_for(cols.dtype)
-    _cuda_gemm.matmul_into(out, weight[None], cols, m=o, n=p, k=k, tf32=tf32)
+    tf32 = gemm.tf32_for(cols.dtype)
+    gemm.matmul_into(out, weight[None], cols, m=o, n=p, k=k, tf32=tf32)
     return out
 
 
@@ -210,11 +210,11 @@ def _shifted_products(xp: Any, x4: Any, weight: Any, g: Any) -> Any:
     length = (g.ho - 1) * wp + g.wo  # from the first output pixel to the last, on the grid
     grid = xp.empty((g.n, g.o, g.ho * wp), x4.dtype)
     per_tap = xp.ascontiguousarray(weight.transpose(2, 3, 0, 1))  # (kh, kw, O, C)
-    tf32 = _cuda_gemm.tf32_for(x4.dtype)
+    tf32 = gemm.tf32_for(x4.dtype)
     for i in range(g.kh):
         for j in range(g.kw):
-            window = _cuda_gemm.Operand(padded, i * g.dh * wp + j * g.dw, hp * wp, g.c * hp * wp)
-            _cuda_gemm.matmul_into(
+            window = gemm.Operand(padded, i * g.dh * wp + j * g.dw, hp * wp, g.c * hp * wp)
+            gemm.matmul_into(
                 grid,
                 per_tap[i, j][None],
                 window,
@@ -279,7 +279,7 @@ def scaled_dot_product_attention(
         k = xp.repeat(k, g.kv_repeat, axis=-3)
         v = xp.repeat(v, g.kv_repeat, axis=-3)
     batch = math.prod(g.batch)
-    supported = _cuda_gemm.supported(q, k, v)
+    supported = gemm.supported(q, k, v)
 
     def flat(t: Any, rows: int, cols: int) -> Any:  # (batch, rows, cols), C-contiguous
         whole = xp.broadcast_to(t, (*g.batch, rows, cols))
@@ -288,7 +288,7 @@ def scaled_dot_product_attention(
     if supported:
         scores = xp.empty((batch, g.length, g.source), q.dtype)
         queries, keys = flat(q, g.length, g.embed), flat(k, g.source, g.embed)
-        _cuda_gemm.matmul_into(
+        gemm.matmul_into(
             scores, queries, keys, m=g.length, n=g.source, k=g.embed, b_transposed=True,
             alpha=factor,
         )  # fmt: skip
@@ -311,18 +311,18 @@ def scaled_dot_product_attention(
     out = xp.empty((batch, g.length, g.value_embed), q.dtype)
     values = flat(v, g.source, g.value_embed)
     weights = xp.ascontiguousarray(weights).reshape(batch, g.length, g.source)
-    _cuda_gemm.matmul_into(out, weights, values, m=g.length, n=g.value_embed, k=g.source)
+    gemm.matmul_into(out, weights, values, m=g.length, n=g.value_embed, k=g.source)
     return out.reshape(*g.batch, g.length, g.value_embed)
 
 
 def _softmax_last(xp: Any, scores: Any) -> Any:
     """Softmax over the last axis, in place: one row kernel on the GPU
-    (``ops/_cuda_rows.py``), else expressions. A row with no finite maximum
+    (``ops/rows.py``), else expressions. A row with no finite maximum
     (every key masked) is shifted by 0, and one summing to 0 divided by 1:
     zeros."""
     if xp is not np and scores.flags.c_contiguous:
         rows = scores.reshape(-1, scores.shape[-1])
-        if _cuda_rows.takes(rows) and _cuda_rows.softmax_rows(rows, rows) is not None:
+        if rows.takes(rows) and rows.softmax_rows(rows, rows) is not None:
             return scores
     top = scores.max(axis=-1, keepdims=True)
     top = xp.where(xp.isfinite(top), top, top.dtype.type(0))
@@ -339,15 +339,13 @@ def _normalize_rows(
 ) -> Any:
     """Rows (plus ``residual``'s, if given) normalized to mean 0 and (biased)
     variance 1, then ``* weight + bias`` (each if given, of the rows' length),
-    in a new array: one row kernel on the GPU (``ops/_cuda_rows.py``), else
+    in a new array: one row kernel on the GPU (``ops/rows.py``), else
     expressions."""
     if xp is not np:
         rows = xp.ascontiguousarray(rows)
         extra = [a for a in (weight, bias, residual) if a is not None]
-        if _cuda_rows.takes(rows) and all(
-            a.dtype == rows.dtype and a.flags.c_contiguous for a in extra
-        ):
-            out = _cuda_rows.layer_norm_rows(rows, weight, bias, eps, residual)
+        if rows.takes(rows) and all(a.dtype == rows.dtype and a.flags.c_contiguous for a in extra):
+            out = rows.layer_norm_rows(rows, weight, bias, eps, residual)
             if out is not None:
                 return out
     if residual is not None:
@@ -391,7 +389,7 @@ def add_layer_norm(
     eps: float = 1e-5,
 ) -> Any:
     """``layer_norm(x + residual)`` (a compiled plan's fused node,
-    ``graph/passes/add_layer_norm.py``): the sum is never written, the row
+    ``backends/cuda/passes/add_layer_norm.py``): the sum is never written, the row
     kernel reads both."""
     xp = _xp(x)
     weight, bias = _affine(affine, has_weight, has_bias)

@@ -16,8 +16,8 @@ view::
 
 from __future__ import annotations
 
-from ..cost_model import node_cost
-from ..ir import Graph, Node, Value
+from ....graph.cost_model import node_cost
+from ....graph.ir import Graph, Node, Value
 from .fusion import make_op, replace_groups
 
 __all__ = ["run"]
@@ -47,7 +47,7 @@ def _merged(attention: Node, users: dict[int, list[Node]], outputs: set[int]) ->
 
 def run(graph: Graph) -> int:
     """Merge attention's heads as it writes them; returns how many it merged."""
-    from ...ops.nn import sdpa_out_form
+    from ....ops.nn import sdpa_out_form
 
     users = graph.users()
     outputs = {v.id for v in graph.outputs}

@@ -8,7 +8,7 @@ native plan takes the two as one node::
     %2 = add(%x, %r)                          ->  %3 = add_layer_norm(%x, %r, %w, %b)
     %3 = layer_norm(%2, %w, %b)
 
-The node's cuda kernel is ``ops._cuda_nn.add_layer_norm``; its generic one is
+The node's cuda kernel is ``ops.cuda_nn.add_layer_norm``; its generic one is
 the layer norm's own on the sum. Refused: a sum something else also reads,
 or whose operands differ in shape or dtype (a broadcast sum).
 """
@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ...ops import _cuda_nn
-from ...ops.registry import GENERIC, Op, get_op
-from ..ir import Graph, Value
-from ._rewrite import builtin, make_node, single_reader
+from ....graph.ir import Graph, Value
+from ....graph.passes.rewrite import builtin, make_node, single_reader
+from ....ops.registry import GENERIC, Op, get_op
+from .. import nn as cuda_nn
 
 __all__ = ["add_layer_norm", "run"]
 
@@ -40,7 +40,7 @@ def _kernel(x: np.ndarray, residual: np.ndarray, *affine: Any, **norm: Any) -> n
 #: ``layer_norm(x + residual, ...)``: the fused node's op (a pass's own).
 add_layer_norm = Op("add_layer_norm", _rule, weak_scalars=False, doc=__doc__)
 add_layer_norm.register_kernel(GENERIC, _kernel)
-add_layer_norm.register_kernel("cuda", _cuda_nn.add_layer_norm)
+add_layer_norm.register_kernel("cuda", cuda_nn.add_layer_norm)
 
 
 def run(graph: Graph) -> int:

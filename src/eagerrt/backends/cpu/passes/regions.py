@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.config import config
-from ...ops.registry import GENERIC
+from ...._core.config import config
+from ....graph.ir import Graph, Node, Value
+from ....ops.registry import GENERIC
 from ..codegen import HEADER, NJIT, ScalarEmitter, index_expr, loop_nest
-from ..ir import Graph, Node, Value
 from .fusion import (
     _builtin_ops,
     _operand,
@@ -66,7 +66,7 @@ _matmul_op: Any = None
 def _is_matmul(node: Node) -> bool:
     global _matmul_op
     if _matmul_op is None:
-        from ...ops.linalg import matmul
+        from ....ops.linalg import matmul
 
         _matmul_op = matmul
     op = node.op

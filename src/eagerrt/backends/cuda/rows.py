@@ -10,7 +10,7 @@ biased variance; ``1 / sqrt(var + eps)``), and take float32 and float64.
 
 Compiled by CuPy (NVRTC) on first use and cached on disk; CuPy launches them
 on the current stream, so compiled plans capture them into CUDA graphs.
-The callers (``ops/_cuda_nn.py``) keep the expressions for numpy arrays, rows
+The callers (``backends/cuda/nn.py``) keep the expressions for numpy arrays, rows
 too long for one block to be worth it, and any other dtype.
 """
 

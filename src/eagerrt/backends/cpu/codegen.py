@@ -492,7 +492,7 @@ class ScalarEmitter:
             return emit(self, operands, static, out_dtype)
         if static:
             return None
-        from ..ops.elementwise import BINARY_UFUNCS, UNARY_UFUNCS
+        from ...ops.elementwise import BINARY_UFUNCS, UNARY_UFUNCS
 
         entry = UNARY_UFUNCS.get(name) or BINARY_UFUNCS.get(name)
         if entry is None or entry[0].nin != len(operands):
@@ -580,7 +580,7 @@ def _gelu(
         return None
     if out == np.float32:
         # As the eager numba kernel: float32 math with the vectorizable rational erf.
-        from ..ops._erf import INV_SQRT2, erf_source_lines
+        from ...ops._erf import INV_SQRT2, erf_source_lines
 
         v = e._assign(f"{T}({x})", out)
         erf = f"{v.var}_erf"

@@ -1,9 +1,10 @@
 """Kernels for the cuda device where an op's generic (numpy-API) kernel can't
 run on cupy arrays, or a cupy call is the better one (the neural-network ones
-live in :mod:`._cuda_nn`).
+live in :mod:`.nn`).
 
 Imported by the op registry the first time a cuda device looks up a kernel
-(``CudaDevice.kernel_module``), so CuPy is only imported where it is used.
+(through its backend, :mod:`eagerrt.backends.cuda`), so CuPy is only imported
+where it is used.
 The elementwise ops whose generic kernel is a numpy ufunc get CuPy's ufunc of
 that name: numpy's dispatch would reach the same one through
 ``__array_ufunc__``, a few microseconds later, on every launch. Every other op
@@ -18,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _cuda_nn
-from .elementwise import UFUNC_OPS
-from .registry import GENERIC, get_op
+from ...ops.elementwise import UFUNC_OPS
+from ...ops.registry import GENERIC, get_op
+from . import nn as cuda_nn
 
 try:
     import cupy as cp
@@ -38,17 +39,17 @@ def _fill(*, shape: tuple[int, ...], dtype: Any, fill: Any = None) -> Any:
 
 def _kernels() -> dict[str, Callable[..., Any]]:
     return {
-        "matmul": _cuda_nn.matmul,  # cuBLAS, called so that plans capture it
-        "conv2d": _cuda_nn.conv2d,
-        "linear": _cuda_nn.linear,
-        "scaled_dot_product_attention": _cuda_nn.scaled_dot_product_attention,
-        "layer_norm": _cuda_nn.layer_norm,
-        "group_norm": _cuda_nn.group_norm,
-        "max_pool2d": _cuda_nn.max_pool2d,
-        "avg_pool2d": _cuda_nn.avg_pool2d,
-        "adaptive_avg_pool2d": _cuda_nn.adaptive_avg_pool2d,
-        "gelu": _cuda_nn.gelu,
-        "embedding": _cuda_nn.embedding,
+        "matmul": cuda_nn.matmul,  # cuBLAS, called so that plans capture it
+        "conv2d": cuda_nn.conv2d,
+        "linear": cuda_nn.linear,
+        "scaled_dot_product_attention": cuda_nn.scaled_dot_product_attention,
+        "layer_norm": cuda_nn.layer_norm,
+        "group_norm": cuda_nn.group_norm,
+        "max_pool2d": cuda_nn.max_pool2d,
+        "avg_pool2d": cuda_nn.avg_pool2d,
+        "adaptive_avg_pool2d": cuda_nn.adaptive_avg_pool2d,
+        "gelu": cuda_nn.gelu,
+        "embedding": cuda_nn.embedding,
         "fill": _fill,
         "arange": lambda *, start, stop, step, dtype: cp.arange(start, stop, step, dtype=dtype),
         "linspace": lambda *, start, stop, num, endpoint, dtype: cp.linspace(

@@ -1,0 +1,54 @@
+"""The CPU's backend: its out forms (``.out_forms``), its passes, which fuse
+a graph's elementwise work, epilogues and small-op regions into generated numba
+code (``.passes``, ``.codegen``), and its compiler: the optimized graph
+lowered to a ``Plan``, generated Python over numpy
+buffers that a memory plan reuses.
+
+>>> import numpy as np, eagerrt as ert
+>>> f = ert.function(lambda x: ert.exp(x) * 2 + 1)
+>>> f(ert.asarray(np.zeros(3))).numpy()
+array([3., 3., 3.])
+>>> type(f.compiled_for(ert.asarray(np.zeros(3))).plan).__name__
+'Plan'
+"""
+
+from __future__ import annotations
+
+from ...graph.backend import Backend
+from ...graph.ir import Graph
+from ...graph.passes import dce, optimize
+from ...graph.plan import Plan, lower
+from ...graph.replay import Replay
+from ...tensor import Tensor
+from . import out_forms as _out_forms  # noqa: F401  (registers the CPU's out forms)
+from .passes import epilogue, fusion, merge_heads, regions
+
+__all__ = ["CPUBackend", "backend"]
+
+
+class CPUBackend(Backend):
+    """Graph mode on the CPU: fusion into numba, then a planned sequence of steps."""
+
+    #: After the neutral passes: small-op regions first (their matmuls would
+    #: otherwise take epilogues), then epilogues before general elementwise
+    #: fusion, and a final clean-up.
+    passes = (
+        ("small-op regions", regions.run),
+        ("attention heads merged", merge_heads.run),
+        ("epilogue fusion", epilogue.run),
+        ("elementwise fusion", fusion.run),
+        ("dead code elimination", dce.run),
+    )
+
+    def compile(self, graph: Graph) -> Plan:
+        for c in graph.constants():
+            if type(c.const) is Tensor:
+                c.const = c.const._native()  # a failed weight raises its KernelError here
+        replay = Replay(graph)  # before the passes rewrite the graph's nodes
+        optimize(graph, self.passes)
+        plan = lower(graph)
+        plan.replay = replay
+        return plan
+
+
+backend = CPUBackend()

@@ -1,0 +1,144 @@
+"""The CPU's out forms: how graph mode writes a product, a convolution, a norm,
+attention or a softmax straight into the buffer its memory plan gives (see
+:mod:`eagerrt.graph.kernels`), registered on each op for the "cpu" device as
+this backend loads. Elementwise ufuncs need none: their generic out form is
+numpy's own ``out=``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..._core.config import config
+from ...graph.ir import Node, Value
+from ...graph.kernels import OutForm
+from ...ops._numba_kernels import softmax_rows_into
+from ...ops.nn import (
+    _BLAS_ONE_THREAD,
+    _LINEAR_ROWS,
+    _LINEAR_SPLIT_FLOPS,
+    _one_product,
+    conv2d_out_form,
+    layer_norm_out_form,
+    linear_into,
+    linear_out_form,
+    sdpa_out_form,
+)
+from ...ops.registry import get_op
+
+__all__ = ["matmul_by_rows"]
+
+
+def _same_dtype(node: Node) -> bool:
+    dtype = node.out.dtype
+    return all(v.dtype == dtype for v in node.value_inputs())
+
+
+def matmul_by_rows(node: Node) -> bool:
+    """Whether a matmul node runs as ``linear_into``: a float (..., k) @ (k, n)
+    product with rows enough to share, as one product over all leading
+    dimensions in blocks of rows (numpy's matmul would make one BLAS call per
+    leading index, each on BLAS's own threads), with an epilogue run on each
+    block. Fewer rows stay one numpy call (measured: MiniLM through ert.onnx at
+    batch 1, 128 rows, 26-27 ms that way against 28-31 ms through linear_into)."""
+    a, b = node.inputs
+    if type(a) is not Value or type(b) is not Value or not _same_dtype(node):
+        return False
+    if a.ndim < 2 or b.ndim != 2 or a.dtype.kind != "f" or node.out.shape[:-1] != a.shape[:-1]:
+        return False
+    rows = math.prod(node.out.shape[:-1])
+    return rows >= 2 * _LINEAR_ROWS and 2.0 * rows * b.shape[1] * b.shape[0] >= _LINEAR_SPLIT_FLOPS
+
+
+def _matmul_out(node: Node) -> OutForm | None:
+    a, b = node.inputs
+    if type(a) is not Value or type(b) is not Value or not _same_dtype(node):
+        return None
+    if matmul_by_rows(node):
+        # linear's weight is (n, k): b's transpose, a view; its product reads b in place.
+        return lambda a, b, out, epilogue=None: linear_into(a, b.T, None, out, epilogue)
+    big = a.ndim >= 1 and b.ndim >= 1 and node.out.ndim >= 1 and a.dtype.kind == "f"
+    if big and math.prod(node.out.shape) * a.shape[-1] > _BLAS_ONE_THREAD:
+        # Held to its thread only with two other tasks or more: one is often a
+        # plan's own short side segment beside this one (measured MiniLM through
+        # ert.onnx at batch 1: 27-29 ms, 31-32 ms holding BLAS for one).
+        return lambda a, b, out: _one_product(a, b, out, max(2, config.num_threads))
+    if a.ndim == 2 and b.ndim == 2:
+        return np.ndarray.dot  # dot(a, b, out): half matmul's call cost on small matrices
+    if a.ndim >= 1 and b.ndim >= 1 and node.out.ndim >= 1:
+        return lambda a, b, out: np.matmul(a, b, out=out)
+    return None
+
+
+def _softmax_out(node: Node) -> OutForm | None:
+    x = node.inputs[0]
+    axis = node.static.get("axis", -1)
+    if type(x) is not Value or x.ndim == 0 or axis not in (-1, x.ndim - 1) or not _same_dtype(node):
+        return None
+    if x.dtype not in (np.dtype("float32"), np.dtype("float64")):
+        return None
+    log = node.name == "log_softmax"
+    return lambda x, out: softmax_rows_into(x, out, log)
+
+
+def _relu_out(node: Node) -> OutForm | None:
+    x = node.inputs[0]
+    if type(x) is not Value or not _same_dtype(node):
+        return None
+    return lambda x, out: np.maximum(x, 0, out=out)  # the eager kernel, written into out
+
+
+def _linear_out(node: Node) -> OutForm | None:
+    """``linear_into``: one product over all leading dimensions, its pool kernel
+    (:mod:`eagerrt.ops._pooled_linear`) set up now for the plan's shapes;
+    ``epilogue=`` runs elementwise work on each block of rows (see
+    :mod:`.passes.epilogue`, which runs most epilogues in a pool kernel of
+    their own)."""
+    if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
+        return None
+    return linear_out_form(node.inputs)
+
+
+def _conv2d_out(node: Node) -> OutForm | None:
+    """conv2d into the plan's buffer; ``epilogue=`` runs elementwise work on
+    runs of images as soon as they are done (see :mod:`.passes.epilogue`)."""
+    x, w = node.inputs[:2]
+    if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
+        return None
+    if x.ndim != 4 or x.dtype.kind != "f":  # an unbatched image has no images to share
+        return None
+    return conv2d_out_form(node.inputs, node.static, w.const if w.is_const else None)
+
+
+def _layer_norm_out(node: Node) -> OutForm | None:
+    """layer_norm into the plan's buffer (its static arguments bound here: out
+    forms get the arrays only)."""
+    if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
+        return None
+    return layer_norm_out_form(node.inputs, node.static)
+
+
+def _attention_out(node: Node) -> OutForm | None:
+    """scaled_dot_product_attention into the plan's buffer."""
+    if any(type(a) is not Value for a in node.inputs):
+        return None
+    return sdpa_out_form(node.inputs, node.static)
+
+
+#: op name -> the maker of its out form on the CPU (registered below).
+_MAKERS: dict[str, Callable[[Node], OutForm | None]] = {
+    "conv2d": _conv2d_out,
+    "layer_norm": _layer_norm_out,
+    "linear": _linear_out,
+    "scaled_dot_product_attention": _attention_out,
+    "relu": _relu_out,
+    "matmul": _matmul_out,
+    "softmax": _softmax_out,
+    "log_softmax": _softmax_out,
+}
+
+for _name, _maker in _MAKERS.items():
+    get_op(_name).out_form("cpu")(_maker)
