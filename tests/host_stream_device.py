@@ -92,7 +92,7 @@ class HostPlanDevice(StreamDevice):
         )
 
     def plan_runner(
-        self, run: Callable[[list[Any]], Any], inputs: int
+        self, run: Callable[[list[Any]], Any], inputs: int, results: Any = ()
     ) -> Callable[[Any, list[Any]], Any]:
         def runner(stream: Any, natives: list[Any]) -> tuple[list[Any], list[Any]]:
             self.plans_run += 1

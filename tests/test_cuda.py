@@ -33,9 +33,9 @@ except ert.DeviceError as exc:
 def test_every_op_matches_the_cpu() -> None:
     from device_records import record_failures
 
-    DEV.host_fallbacks.clear()  # type: ignore[attr-defined]
+    DEV.host_fallbacks.clear()
     failures = [f for f in record_failures(DEV) if "operands are on different devices" not in f]
-    fallbacks = dict(DEV.host_fallbacks)  # type: ignore[attr-defined]
+    fallbacks = dict(DEV.host_fallbacks)
     print(f"ops run on the host (generic kernels refusing cupy arrays): {fallbacks}")
     assert not failures, "\n".join(failures)
     assert not fallbacks, f"ops silently run on the host: {fallbacks}"
@@ -75,9 +75,9 @@ def _t(device: object, *shape: int) -> ert.Tensor:
 
 @pytest.mark.parametrize("case", sorted(NN_CASES))
 def test_nn_ops_run_on_the_gpu_and_match_the_cpu(case: str) -> None:
-    DEV.host_fallbacks.clear()  # type: ignore[attr-defined]
+    DEV.host_fallbacks.clear()
     got = NN_CASES[case](DEV).to("cpu").numpy()
-    assert not DEV.host_fallbacks, f"ran on the host: {dict(DEV.host_fallbacks)}"  # type: ignore[attr-defined]
+    assert not DEV.host_fallbacks, f"ran on the host: {dict(DEV.host_fallbacks)}"
     np.testing.assert_allclose(got, NN_CASES[case]("cpu").numpy(), rtol=1e-4, atol=1e-4)
 
 

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
+from eagerrt.devices.stream_threads import ThreadStreamDevice
 from eagerrt.graph.native_plan import NativePlan
+from eagerrt.graph.op_by_op import OpByOpPlan
 from host_stream_device import HostPlanDevice, checked
 
 
@@ -177,10 +179,37 @@ def test_explain_and_measure_costs_on_a_device_with_its_own_plans(dev: HostPlanD
     assert all(ns > 0 for ns in measured.values())
 
 
-def test_explain_and_measure_costs_op_by_op_on_the_stream_test_device() -> None:
+def test_explain_and_measure_costs_on_the_stream_test_device() -> None:
     compiled = ert.function(lambda x: ert.exp(x) + 1.0)
     x = ert.asarray(np.ones(4), device="teststream:0")
-    assert "called in order as eager calls on teststream:0" in compiled.explain(x)
+    assert isinstance(compiled.compiled_for(x).plan, NativePlan)
+    assert "teststream:0's kernels on its native arrays" in compiled.explain(x)
     measured = compiled.measure_costs(x, repeats=1)
     assert [step.split()[1] for step in measured] == ["exp", "add"]
     assert all(ns > 0 for ns in measured.values())
+
+
+class _NoCompilerDevice(ThreadStreamDevice):
+    """The test device without a backend: compiled functions run op by op."""
+
+    backend = None
+
+
+def test_a_device_without_a_compiler_runs_op_by_op_and_explains_so() -> None:
+    dev = _NoCompilerDevice("teststream:nocompiler")
+    try:
+        compiled = ert.function(lambda x: ert.exp(x) + 1.0)
+        x = ert.asarray(np.ones(4), device=dev)
+        np.testing.assert_allclose(compiled(x).numpy(), np.exp(1.0) + 1)
+        assert isinstance(compiled.compiled_for(x).plan, OpByOpPlan)
+        assert "called in order as eager calls on teststream:nocompiler" in compiled.explain(x)
+        measured = compiled.measure_costs(x, repeats=1)
+        assert [step.split()[1] for step in measured] == ["exp", "add"]
+    finally:
+        dev.close()
+
+
+def test_moving_a_traced_tensor_off_a_stream_device_says_it_cannot_be_traced() -> None:
+    compiled = ert.function(lambda x: (ert.exp(x) + 1.0).to("cpu") * 2)
+    with pytest.raises(ert.TracingError, match="to can't be traced"):
+        compiled(ert.asarray(np.ones(4), device="teststream:0"))

@@ -22,6 +22,7 @@ import pytest
 import eagerrt as ert
 from eagerrt.devices import stream_threads
 from eagerrt.devices.stream_threads import ThreadStreamDevice
+from eagerrt.graph.native_plan import NativePlan
 
 _names = itertools.count()
 
@@ -371,7 +372,7 @@ def test_teststream_devices_are_found_by_name() -> None:
 
 
 # -- graph mode -------------------------------------------------------------------------
-def test_compiled_function_runs_op_by_op_on_a_stream_device(make_device) -> None:
+def test_compiled_function_runs_as_one_plan_on_a_stream_device(make_device) -> None:
     dev = make_device(delay=0.0005)
     w = ert.asarray(np.arange(12.0).reshape(3, 4) / 10, device=dev)
 
@@ -387,6 +388,21 @@ def test_compiled_function_runs_op_by_op_on_a_stream_device(make_device) -> None
         assert got.device is dev
         np.testing.assert_allclose(got.numpy(), model(x).numpy())
     assert compiled.traces == 1
+    assert isinstance(compiled.compiled_for(x).plan, NativePlan)  # not op by op
+
+
+def test_a_failing_kernel_in_a_stream_plan_fails_its_results(make_device) -> None:
+    dev = make_device(delay=0.0002)
+    compiled = ert.function(lambda x: (ert.linalg.inv(x) + 1, x * 2))
+    singular = ert.asarray(np.zeros((2, 2)), device=dev)
+    bad, good = compiled(singular)
+    with pytest.raises(ert.KernelError, match="Singular matrix"):
+        bad.numpy()
+    with pytest.raises(ert.KernelError):  # one unit of work: it fails as a whole
+        good.numpy()
+    np.testing.assert_allclose(
+        compiled(ert.asarray(np.eye(2), device=dev))[0].numpy(), np.eye(2) + 1
+    )
 
 
 @pytest.mark.anyio

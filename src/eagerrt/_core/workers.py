@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from .async_value import _trampoline
 from .config import config
+from .errors import DeviceError
 
 __all__ = ["WorkerPool", "stop_counting_as_busy"]
 
@@ -58,6 +59,7 @@ class WorkerPool:
         self._ran_by_caller = itertools.count()
         #: The most tasks seen waiting in the queue at once (see :meth:`reset_peak`).
         self.peak_queued = 0
+        self._closed = False
         _pools.add(self)
 
     def _reset_after_fork(self) -> None:
@@ -71,7 +73,11 @@ class WorkerPool:
         self.peak_queued = 0
 
     def submit(self, task: Callable[[], object]) -> None:
-        """Queue ``task`` for a worker, or run it here if the queue is full."""
+        """Queue ``task`` for a worker, or run it here if the queue is full.
+        Raises :class:`~eagerrt.DeviceError` once the pool is shut down (the scheduler
+        then fails the task's result, saying so)."""
+        if self._closed:
+            raise DeviceError(f"the {self.name!r} worker pool is shut down: it takes no new work")
         if not self._threads:
             self._start()
         queued = self._queue.qsize()
@@ -95,6 +101,10 @@ class WorkerPool:
         with self._start_lock:
             if self._threads:
                 return
+            if self._closed:  # shut down between submit's check and here
+                raise DeviceError(
+                    f"the {self.name!r} worker pool is shut down: it takes no new work"
+                )
             for i in range(self.size):
                 thread = threading.Thread(
                     target=self._work, name=f"eagerrt-{self.name}-{i}", daemon=True
@@ -156,9 +166,16 @@ class WorkerPool:
     def threads(self) -> list[threading.Thread]:
         return list(self._threads)
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`shutdown` was called: the pool takes no new work."""
+        return self._closed
+
     def shutdown(self, wait: bool = True) -> None:
-        """Stop the threads after the tasks already queued; the pool can restart."""
+        """Stop the threads after the tasks already queued (``wait``: and wait
+        for them). The pool is closed for good: work submitted later is refused."""
         with self._start_lock:
+            self._closed = True
             threads, self._threads = self._threads, []
             for _ in threads:
                 self._queue.put(_STOP)

@@ -76,13 +76,19 @@ def get_device(device: str | Device | None = None) -> Device:
     if isinstance(device, Device):
         return device
     found = _devices.get(device)
+    if found is not None and found.closed:  # a closed device: make a new one if we can
+        with _lock:
+            if _devices.get(device) is found:
+                del _devices[device]
+        found = None
     if found is None:
         found = _make_builtin(device)
     if found is None:
         found = _load_entry_point(device)
     if found is None:
         raise DeviceError(
-            f"unknown device {device!r}; known: {available_devices()}. A third-party "
+            f"unknown device {device!r} (or closed, with nothing to make it anew); known: "
+            f"{available_devices()}. A third-party "
             f"device joins through the {ENTRY_POINT_GROUP!r} entry point group."
         )
     return found

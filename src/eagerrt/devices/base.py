@@ -9,13 +9,24 @@ Third-party devices subclass :class:`Device` and join through the
 
 from __future__ import annotations
 
+import collections
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from .._core.errors import DeviceError
 from .._core.scheduler import Executor
 
-__all__ = ["Device"]
+__all__ = ["Device", "on_device_closed"]
+
+_closed_listeners: list[Callable[[Device], None]] = []
+
+
+def on_device_closed(listener: Callable[[Device], None]) -> None:
+    """Call ``listener(device)`` whenever a device is closed (the op registry
+    forgets the calls its fast paths remember)."""
+    _closed_listeners.append(listener)
 
 
 class Device:
@@ -49,6 +60,51 @@ class Device:
     checks_results: bool = True
     #: The types of this device's native arrays (None: any type).
     native_types: tuple[type, ...] | None = None
+    #: An op with no kernel for this device runs its CPU kernel on host copies
+    #: of the operands, the result uploaded (counted in :attr:`host_fallbacks`),
+    #: instead of raising "no kernel" at the call.
+    host_fallback: bool = False
+    #: Set by :meth:`close`: the device takes no new work.
+    closed: bool = False
+
+    @property
+    def host_fallbacks(self) -> collections.Counter[str]:
+        """How many times each op ran on the host for want of a kernel here."""
+        counts = self.__dict__.get("_host_fallbacks")
+        if counts is None:
+            counts = self.__dict__.setdefault("_host_fallbacks", collections.Counter())
+        return counts
+
+    def close(self) -> None:
+        """Take no new work: later ops, uploads and copies to this device raise
+        :class:`~eagerrt.DeviceError` at the call, and ``get_device`` of its
+        name makes a new device where it can. Work already submitted finishes.
+        A subclass releases what it holds (threads, streams, memory), then
+        calls this. Closing twice is harmless.
+
+        >>> import numpy as np, eagerrt as ert
+        >>> from eagerrt.devices.stream_threads import ThreadStreamDevice
+        >>> dev = ert.register_device(ThreadStreamDevice("teststream:closing"))
+        >>> x = ert.asarray(np.ones(2), device=dev) + 1
+        >>> dev.close()
+        >>> x.numpy()  # finished before the close
+        array([2., 2.])
+        >>> try:
+        ...     x + 1
+        ... except ert.DeviceError as exc:
+        ...     print(str(exc).splitlines()[0].split(": ")[-1])
+        device 'teststream:closing' is closed
+        """
+        if self.closed:
+            return
+        self.closed = True
+        for listener in _closed_listeners:
+            listener(self)
+
+    def check_open(self) -> None:
+        """Raise :class:`~eagerrt.DeviceError` if the device is closed."""
+        if self.closed:
+            raise DeviceError(f"device {self.name!r} is closed")
 
     @property
     def executor(self) -> Executor:

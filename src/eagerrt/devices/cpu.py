@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._core.config import config
+from .._core.errors import UsageError
 from .._core.forking import renew_after_fork
 from .._core.scheduler import register_executor
 from .._core.workers import WorkerPool
@@ -56,6 +57,10 @@ class CPUDevice(Device):
         """CPU tasks queued or running besides the caller's own (0 before any)."""
         pool = self._pool
         return 0 if pool is None else pool.busy_besides_caller()
+
+    def close(self) -> None:
+        """The CPU device is eagerrt's own: every process has it, open."""
+        raise UsageError("the CPU device can't be closed")
 
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
         return array

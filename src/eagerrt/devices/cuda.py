@@ -41,7 +41,6 @@ benchmarks on a GPU.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -111,9 +110,8 @@ class CudaDevice(StreamDevice):
         self._device: Any = (
             cupy.cuda.Device(index) if self._many_devices else contextlib.nullcontext()
         )
-        #: Ops whose kernel had to run on the host, by name (generic kernels
-        #: that need numpy arrays): what a cuda kernel should be written for.
-        self.host_fallbacks: collections.Counter[str] = collections.Counter()
+        # host_fallbacks (the base class's counter) names the ops whose kernel
+        # had to run on the host: what a cuda kernel should be written for.
 
     # -- primitives ---------------------------------------------------------------
     def _new_stream(self, kind: str) -> Any:
@@ -213,7 +211,12 @@ class CudaDevice(StreamDevice):
     #: Compiled plans capture their kernels into CUDA graphs (see cuda_graphs).
     capture_plans = True
 
-    def plan_runner(self, run: Callable[[list[Any]], Any], inputs: int) -> CapturedPlan:
+    def plan_runner(
+        self,
+        run: Callable[[list[Any]], Any],
+        inputs: int,
+        results: Sequence[tuple[tuple[int, ...], np.dtype[Any]]] = (),
+    ) -> CapturedPlan:
         return CapturedPlan(self._cp, run, inputs, capture=self.capture_plans)
 
     def _launch_plan(

@@ -508,14 +508,25 @@ class StreamDevice(Device):
     runs_native_plans = False
 
     def plan_runner(
-        self, run: Callable[[list[Any]], Any], inputs: int
+        self,
+        run: Callable[[list[Any]], Any],
+        inputs: int,
+        results: Sequence[tuple[tuple[int, ...], np.dtype[Any]]] = (),
     ) -> Callable[[Any, list[Any]], Any]:
         """How a compiled plan runs here: a callable ``(stream, natives)`` around
         ``run(natives) -> result natives``, which calls the plan's kernels; it
         returns ``(result natives, checks left)``. The first ``inputs`` natives
         are the call's inputs, the rest the plan's constants (the same arrays
-        on every call while the plan's weights are unchanged)."""
+        on every call while the plan's weights are unchanged); ``results``: the
+        shape and dtype of each result (a device that allocates them at enqueue)."""
         raise NotImplementedError
+
+    def call_kernel(
+        self, op: Any, kernel: Callable[..., Any], args: Sequence[Any], static: dict[str, Any]
+    ) -> Any:
+        """``kernel(*args, **static)`` on native operands, inside a native plan
+        (a device may catch, retry or fall back here)."""
+        return kernel(*args, **static)
 
     def enqueue_plan(
         self, runner: Callable[[Any, list[Any]], Any], values: Sequence[Any]
@@ -544,7 +555,12 @@ class StreamDevice(Device):
                 self._wait_all(stream, waits)
             results, handle = self._launch_plan(stream.native, runner, natives, values)
             stream.enqueued += 1
-            return [DeviceValue(self, stream, stream.enqueued, r, handle) for r in results]
+            # One handle shared by every result, or (a list) one each.
+            handles = handle if type(handle) is list else [handle] * len(results)
+            return [
+                DeviceValue(self, stream, stream.enqueued, r, h)
+                for r, h in zip(results, handles, strict=True)
+            ]
 
     def _launch_plan(
         self,
@@ -553,7 +569,8 @@ class StreamDevice(Device):
         natives: list[Any],
         values: Sequence[Any],
     ) -> tuple[list[Any], Any]:
-        """Run ``runner`` on ``stream``: (result natives, their shared handle)."""
+        """Run ``runner`` on ``stream``: (result natives, their shared handle, or
+        a list of one handle per result)."""
         raise NotImplementedError
 
     # -- memory lifetimes -----------------------------------------------------------
@@ -736,6 +753,11 @@ class StreamDevice(Device):
                 else:
                     still.append((event, done))
             pending = still
+
+    def close(self) -> None:
+        """Take no new work, then wait for the work already enqueued."""
+        super().close()
+        self.synchronize()
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Block until all work enqueued on this device so far is done (raises

@@ -116,6 +116,24 @@ class _Cell:
         self.failure: Failure | None = None
 
 
+class _ThreadPlan:
+    """A compiled plan as the test device runs it: ``run(arrays)`` on the stream
+    thread, into results allocated (``results``: shapes and dtypes) at enqueue."""
+
+    __slots__ = ("results", "run")
+
+    def __init__(
+        self,
+        run: Callable[[list[Any]], Any],
+        results: list[tuple[tuple[int, ...], np.dtype[Any]]],
+    ) -> None:
+        self.run = run
+        self.results = results
+
+    def __call__(self, stream: Any, natives: list[Any]) -> Any:  # pragma: no cover
+        raise AssertionError("the test device runs its plans through _launch_plan")
+
+
 class _Block:
     __slots__ = ("home", "raw", "released", "size")
 
@@ -317,6 +335,58 @@ class ThreadStreamDevice(StreamDevice):
         stream.put(name, work, profiling.launching())
         return owning, out
 
+    # -- compiled plans -------------------------------------------------------------
+    #: A compiled function's kernels run as one item on one stream thread.
+    runs_native_plans = True
+
+    def plan_runner(
+        self,
+        run: Callable[[list[Any]], Any],
+        inputs: int,
+        results: Sequence[tuple[tuple[int, ...], np.dtype[Any]]] = (),
+    ) -> _ThreadPlan:
+        return _ThreadPlan(run, list(results))
+
+    def _launch_plan(
+        self,
+        stream: _ThreadStream,
+        runner: Callable[[Any, list[Any]], Any],
+        natives: list[Any],
+        values: Sequence[Any],
+    ) -> tuple[list[np.ndarray], list[_Cell]]:
+        assert isinstance(runner, _ThreadPlan)
+        operands = [v.handle if type(v) is DeviceValue else v for v in values]
+        made = [self.pool.allocate(stream, shape, dtype) for shape, dtype in runner.results]
+        cells = [_Cell(raw) for _, raw in made]
+        site = user_line()
+
+        def fail(failure: Failure) -> None:
+            for cell in cells:
+                cell.failure = failure
+
+        def work() -> None:
+            arrays = []
+            for a in operands:
+                if type(a) is _Cell:
+                    if a.failure is not None:
+                        return fail(a.failure)
+                    a = a.raw
+                arrays.append(a)
+            try:
+                for cell, result in zip(cells, runner.run(arrays), strict=True):
+                    result = np.asarray(result)
+                    if result.shape != cell.raw.shape or result.dtype != cell.raw.dtype:
+                        raise RuntimeError(
+                            f"a compiled plan gave {result.dtype}{list(result.shape)}, "
+                            f"expected {cell.raw.dtype}{list(cell.raw.shape)}"
+                        )
+                    np.copyto(cell.raw, result)
+            except Exception as exc:
+                fail(Failure("function", site, exc))
+
+        stream.put("function", work, profiling.launching())
+        return [owning for owning, _ in made], cells
+
     def _stage(self, array: np.ndarray) -> np.ndarray:
         return np.array(array, copy=True, order="C")
 
@@ -350,6 +420,11 @@ class ThreadStreamDevice(StreamDevice):
         self.pool.trim()
 
     # -- lifetime -------------------------------------------------------------------
+    def close(self) -> None:
+        """Take no new work, finish what is queued, stop the stream threads."""
+        super().close()
+        self.shutdown()
+
     def shutdown(self) -> None:
         """Stop the stream threads once their queued work is done (``ert.synchronize()``
         no longer waits for this device: nothing would run what it enqueues)."""

@@ -30,9 +30,13 @@ from typing import Any
 from ..devices import cpu
 from ..devices.base import Device
 from ..ops.registry import load_backend_module
+from ..tensor import Tensor
 from .ir import Graph
+from .passes import optimize
+from .plan import Plan, lower
+from .replay import Replay
 
-__all__ = ["Backend", "Pass", "backend_for", "graph_device"]
+__all__ = ["Backend", "Pass", "PlanCompiler", "backend_for", "graph_device"]
 
 #: A graph pass: ``run(graph) -> how many rewrites it made`` (see ``.passes``).
 Pass = Callable[[Graph], int]
@@ -51,6 +55,30 @@ class Backend:
         a CPU ``Plan``), ``describe()`` for
         ``explain()`` and ``time_ops(inputs, repeats)`` for ``measure_costs()``."""
         return None
+
+
+class PlanCompiler(Backend):
+    """A backend whose compiler lowers the optimized graph to a
+    :class:`~eagerrt.graph.plan.Plan`: generated Python that calls each node's
+    kernel for the device on native arrays (or its out form, into buffers the
+    memory plan reuses), with no tensor, rule or scheduler between them, run
+    inline or as one task on the device's executor. Any device whose kernels
+    are plain functions of native arrays can use it as it is (``passes``: its
+    own, run after the device-neutral ones); the CPU's adds fusion into numba.
+    """
+
+    def __init__(self, passes: Sequence[tuple[str, Pass]] = ()) -> None:
+        self.passes = tuple(passes)
+
+    def compile(self, graph: Graph) -> Plan:
+        for c in graph.constants():
+            if type(c.const) is Tensor:
+                c.const = c.const._native()  # a failed weight raises its KernelError here
+        replay = Replay(graph)  # before the passes rewrite the graph's nodes
+        optimize(graph, self.passes)
+        plan = lower(graph)
+        plan.replay = replay
+        return plan
 
 
 _NONE = Backend()

@@ -79,7 +79,9 @@ class NativePlan:
             self._steps.append((node.op, kernel, sources, node.static, first))
         self._results = [source(v) for v in graph.outputs]
         self._result_count = len(results)
-        self.runner = device.plan_runner(self._execute, len(graph.inputs))
+        self.runner = device.plan_runner(
+            self._execute, len(graph.inputs), [(v.shape, v.dtype) for v in graph.outputs]
+        )
         graph.note(
             "native plan",
             f"{len(self._steps)} kernels, run as one unit of work on {device.name}",

@@ -112,6 +112,7 @@ def asarray(
         # the tensor cannot write into data that pending ops still read.
         array = array.view()
         array.flags.writeable = False
+    dev.check_open()
     return Tensor._ready(dev.from_numpy(array), array.shape, array.dtype, dev, "asarray")
 
 

@@ -55,8 +55,8 @@ from .._core.errors import (
 from .._core.float_errors import caller_modes, register_runner, run_here, run_under
 from .._core.scheduler import Task, count_inline, schedule
 from .._core.workers import stop_counting_as_busy
-from ..devices import get_device
-from ..devices.base import Device
+from ..devices import cpu, get_device
+from ..devices.base import Device, on_device_closed
 from ..tensor import TRACED, Tensor, schedule_read
 
 __all__ = [
@@ -117,12 +117,36 @@ _all_ops: list[Op] = []  # including unregistered ones, for forget_all_calls
 _new = object.__new__
 
 
+def _on_host(op: Op, host_kernel: Kernel, device: Device) -> Kernel:
+    """``op``'s CPU kernel as a kernel for ``device``, which asked for the host
+    fallback: operands downloaded, the result uploaded, each run counted in
+    ``device.host_fallbacks``."""
+    natives = device.native_types
+
+    def native(a: Any) -> bool:
+        if natives is not None:
+            return isinstance(a, natives)
+        return not isinstance(a, (*_SCALAR_TYPES, type(None), str, slice, tuple, list))
+
+    def on_host(*args: Any, **static: Any) -> Any:
+        device.host_fallbacks[op.name] += 1
+        out = host_kernel(*[device.to_numpy(a) if native(a) else a for a in args], **static)
+        if isinstance(out, tuple):
+            return tuple(device.from_numpy(np.asarray(o)) for o in out)
+        return device.from_numpy(np.asarray(out))
+
+    on_host.__name__ = on_host.__qualname__ = f"{op.name}_on_host"
+    return on_host
+
+
 def _forget_all_calls() -> None:
     for op in _all_ops:
         op.forget_calls()
 
 
 config.on_cost_change(_forget_all_calls)
+# A closed device's calls must reach _call's check, not a fast path's memory.
+on_device_closed(lambda device: _forget_all_calls())
 
 
 def elementwise_cost(
@@ -317,6 +341,8 @@ class Op:
         kernel = self.kernels.get(device.kernel_name or device.name)
         if kernel is None and device.generic_kernels:
             kernel = self.kernels.get(GENERIC)
+        if kernel is None and device.host_fallback and device is not cpu:
+            kernel = _on_host(self, self._kernel_for(cpu), device)
         if kernel is None:
             raise DeviceError(
                 f"op {self.name!r} has no kernel for device {device.name!r} "
@@ -515,6 +541,8 @@ class Op:
                 f"operands are on {dev.name} but device={device!r} was asked for; "
                 "move them first with t.to(device)",
             )
+        if dev.closed:
+            raise call_error(DeviceError, self.name, args, static, f"device {dev.name!r} is closed")
         try:
             shape, dtype = self.rule(*args, **static)
         except UsageError as exc:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..devices import get_device
 from ..devices.base import Device
-from ..tensor import Tensor
+from ..tensor import TRACED, Tensor
 from . import elementwise, linalg_extension, reduction, searching, sorting, writes
 from .elementwise import UFUNC_OPS
 from .indexing import index_tensor, take
@@ -140,8 +140,9 @@ def _to(self: Tensor, device: str | Device) -> Tensor:
     source = self.device
     if target is source:
         return self
-    if source.completes_at_enqueue:  # a stream device: its copy stream, not a worker
-        return download(self, target)
+    target.check_open()
+    if source.completes_at_enqueue and self._state != TRACED:
+        return download(self, target)  # a stream device: its copy stream, not a worker
     return launch(
         "to",
         lambda value: target.from_numpy(source.to_numpy(value)),

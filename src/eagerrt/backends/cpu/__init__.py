@@ -14,41 +14,30 @@ array([3., 3., 3.])
 
 from __future__ import annotations
 
-from ...graph.backend import Backend
-from ...graph.ir import Graph
-from ...graph.passes import dce, optimize
-from ...graph.plan import Plan, lower
-from ...graph.replay import Replay
-from ...tensor import Tensor
+from ...graph.backend import PlanCompiler
+from ...graph.passes import dce
 from . import out_forms as _out_forms  # noqa: F401  (registers the CPU's out forms)
 from .passes import epilogue, fusion, merge_heads, regions
 
 __all__ = ["CPUBackend", "backend"]
 
 
-class CPUBackend(Backend):
+class CPUBackend(PlanCompiler):
     """Graph mode on the CPU: fusion into numba, then a planned sequence of steps."""
 
-    #: After the neutral passes: small-op regions first (their matmuls would
-    #: otherwise take epilogues), then epilogues before general elementwise
-    #: fusion, and a final clean-up.
-    passes = (
-        ("small-op regions", regions.run),
-        ("attention heads merged", merge_heads.run),
-        ("epilogue fusion", epilogue.run),
-        ("elementwise fusion", fusion.run),
-        ("dead code elimination", dce.run),
-    )
-
-    def compile(self, graph: Graph) -> Plan:
-        for c in graph.constants():
-            if type(c.const) is Tensor:
-                c.const = c.const._native()  # a failed weight raises its KernelError here
-        replay = Replay(graph)  # before the passes rewrite the graph's nodes
-        optimize(graph, self.passes)
-        plan = lower(graph)
-        plan.replay = replay
-        return plan
+    def __init__(self) -> None:
+        # After the neutral passes: small-op regions first (their matmuls would
+        # otherwise take epilogues), then epilogues before general elementwise
+        # fusion, and a final clean-up.
+        super().__init__(
+            [
+                ("small-op regions", regions.run),
+                ("attention heads merged", merge_heads.run),
+                ("epilogue fusion", epilogue.run),
+                ("elementwise fusion", fusion.run),
+                ("dead code elimination", dce.run),
+            ]
+        )
 
 
 backend = CPUBackend()
