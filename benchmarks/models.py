@@ -58,7 +58,7 @@ from _common import (
     new_result,
     now_ns,
 )
-from eagerrt.ops import _blas
+from eagerrt.backends.cpu import blas as _blas
 
 LABELS = {
     "torch": "PyTorch eager (baseline)",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
-from eagerrt.ops import _blas
+from eagerrt.backends.cpu import blas as _blas
 
 needs_mkl = pytest.mark.skipif(
     _blas._find_mkl() is None, reason="MKL is not installed (the mkl extra)"
@@ -161,7 +161,7 @@ def test_linear_and_convolutions_agree_across_backends(mkl_calls) -> None:
     # (the gathered conv's, Winograd's 16 at once), unless they all ran as numba
     # loops on MKL's oneTBB workers, which call MKL by its address
     # (tests/test_nn.py, tests/test_pooled_linear.py).
-    from eagerrt.ops import _shared_pool
+    from eagerrt.backends.cpu import shared_pool as _shared_pool
 
     with ert.config.override(blas="mkl"):
         pooled = _shared_pool.ready()

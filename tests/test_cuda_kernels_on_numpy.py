@@ -17,7 +17,7 @@ import eagerrt as ert
 from eagerrt.backends.cuda import dnn as _cuda_dnn
 from eagerrt.backends.cuda import nn as _cuda_nn
 from eagerrt.devices.device_checks import take_checks
-from eagerrt.ops.nn import _conv_geometry
+from eagerrt.ops.nn.conv import conv_geometry
 
 RNG = np.random.default_rng(7)
 
@@ -68,7 +68,7 @@ def test_what_cudnn_is_asked_for_is_the_convolution(
     # The descriptors the cuda device would give cuDNN, computed from in numpy.
     x, w, b = _normal(*shape), _normal(*weight), _normal(weight[0])
     expected = ert.conv2d(x, w, b, **kw).numpy()
-    g = _conv_geometry(x, w, b, kw.get("stride", 1), kw.get("padding", 0),
+    g = conv_geometry(x, w, b, kw.get("stride", 1), kw.get("padding", 0),
                        kw.get("dilation", 1), kw.get("groups", 1))  # fmt: skip
     d = _cuda_dnn.describe(x, w, g, b)
     assert d is not None and d.out == expected.shape
@@ -83,9 +83,9 @@ def test_what_cudnn_is_asked_for_is_the_convolution(
 def test_cudnn_is_not_asked_for_what_it_cant_do() -> None:
     x, w = _normal(1, 2, 6, 6), _normal(3, 2, 2, 2)
     # padding "same" for an even kernel pads one side more: cuDNN pads both alike
-    assert _cuda_dnn.describe(x, w, _conv_geometry(x, w, None, 1, "same", 1, 1)) is None
+    assert _cuda_dnn.describe(x, w, conv_geometry(x, w, None, 1, "same", 1, 1)) is None
     x64, w64 = x.astype("float64"), w.astype("float64")
-    assert _cuda_dnn.describe(x64, w64, _conv_geometry(x64, w64, None, 1, 0, 1, 1)) is None
+    assert _cuda_dnn.describe(x64, w64, conv_geometry(x64, w64, None, 1, 0, 1, 1)) is None
     assert not _cuda_dnn.available(x)  # numpy arrays: the cuBLAS kernels' path
 
 

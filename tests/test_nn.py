@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
-from eagerrt.ops import nn as nn_ops
+from eagerrt.backends.cpu import attention as cpu_attention
+from eagerrt.backends.cpu import conv as cpu_conv
+from eagerrt.backends.cpu import linear as cpu_linear
+from eagerrt.backends.cpu import norm as cpu_norm
+from eagerrt.backends.cpu import threads as cpu_threads
+from eagerrt.ops.nn import conv as nn_conv
 
 RNG = np.random.default_rng(1234)
 
@@ -301,7 +306,7 @@ def test_conv2d_large_blocks_and_workers() -> None:
 def test_conv2d_product_strategies(
     xs: tuple[int, ...], ws: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_CHANNELS", 10**9)  # im2col for these
+    monkeypatch.setattr(cpu_conv, "_WINOGRAD_CHANNELS", 10**9)  # im2col for these
     x, w, b = rand(*xs), rand(*ws) * 0.1, rand(ws[0])
     got = ert.conv2d(x, w, b, padding=1)
     close(got, ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1), scale=20)
@@ -329,12 +334,12 @@ def test_im2col_matches_padded_windows(
     # Both ways of gathering (narrow outputs through a padded copy, wide ones
     # straight from the image) against windows of np.pad, for a band of output
     # rows of channels [1, 4), written at a column offset.
-    from eagerrt.ops._numba_nn import _PADDED_WIDTH, im2col
+    from eagerrt.backends.cpu.numba_nn import _PADDED_WIDTH, im2col
 
     (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
     x = rand(5, *hw)
-    g = nn_ops._conv_geometry(x, rand(2, 5, kh, kw), None, stride, padding, dilation, 1)
-    top, bottom, left, right = nn_ops._conv_padding(padding, kernel, dilation, stride)
+    g = nn_conv.conv_geometry(x, rand(2, 5, kh, kw), None, stride, padding, dilation, 1)
+    top, bottom, left, right = nn_conv.conv_padding(padding, kernel, dilation, stride)
     xp = np.pad(x, ((0, 0), (top, bottom), (left, right)))
     oh0, oh1 = rows
     want = np.stack(
@@ -376,15 +381,15 @@ def test_conv2d_gathered_blocks_and_threads(
 ) -> None:
     # im2col by gathering, cut into blocks of a few rows, of whole images, or one
     # block, shared by two threads however small (or not, on one thread).
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_CHANNELS", 10**9)
-    monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
-    monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(cpu_conv, "_WINOGRAD_CHANNELS", 10**9)
+    monkeypatch.setattr(cpu_conv, "_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(cpu_threads, "_MIN_CHUNK_ROWS", 1)
     x, w, b = rand(*xs), rand(*ws), rand(ws[0])
-    geo = nn_ops._conv_geometry(x, w, b, stride, 1, 1, groups)
+    geo = nn_conv.conv_geometry(x, w, b, stride, 1, 1, groups)
     image = 4 * ws[1] * ws[2] * ws[3] * geo.ho * geo.wo  # an image's im2col bytes
     budget = {"rows": image // geo.ho * 2, "images": image, "one": 1 << 30}[blocks]
-    monkeypatch.setattr(nn_ops, "_IM2COL_BYTES", budget)
-    pooled = spy(monkeypatch, "_on_blas_threads")
+    monkeypatch.setattr(cpu_conv, "_IM2COL_BYTES", budget)
+    pooled = spy(monkeypatch, "on_blas_threads")
     with ert.config.override(num_threads=threads):
         got = ert.conv2d(x, w, b, stride=stride, padding=1, groups=groups).numpy()
     want = ref_conv2d(x, w, b, _pair(stride), (1, 1, 1, 1), (1, 1), groups)
@@ -397,15 +402,16 @@ def test_conv2d_gathered_blocks_and_threads(
 
 
 def spy(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:
-    """Calls of ``nn_ops.<name>`` (the work each was given), still made."""
+    """Calls of the CPU backend's ``threads.<name>`` (the work each was given),
+    still made."""
     calls: list[Any] = []
-    real = getattr(nn_ops, name)
+    real = getattr(cpu_threads, name)
 
     def recording(work: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(work)
         return real(work, *args, **kwargs)
 
-    monkeypatch.setattr(nn_ops, name, recording)
+    monkeypatch.setattr(cpu_threads, name, recording)
     return calls
 
 
@@ -434,15 +440,17 @@ def test_conv2d_winograd(
     # of a few rows of an image, and of several whole images; tile rows stored
     # without or with the dropped column.
     xs, o, padding, groups = case
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_TILES", 1)
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_COMPACT_TILES", 10**9 if span == "compact" else 0)
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_BYTES", 0)
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_COLS", {"tiny": 1, "rows": 13, "images": 100}[block])
+    monkeypatch.setattr(cpu_conv, "_WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(cpu_conv, "_WINOGRAD_COMPACT_TILES", 10**9 if span == "compact" else 0)
+    monkeypatch.setattr(cpu_conv, "_WINOGRAD_BYTES", 0)
+    monkeypatch.setattr(
+        cpu_conv, "_WINOGRAD_MIN_COLS", {"tiny": 1, "rows": 13, "images": 100}[block]
+    )
     x, w = rand(*xs, dtype=dtype), rand(o * groups, xs[-3] // groups, 3, 3, dtype=dtype)
     b = rand(o * groups, dtype=dtype) if bias else None
     x4 = x if x.ndim == 4 else x[None]
-    geo = nn_ops._conv_geometry(x, w, b, 1, padding, 1, groups)
-    assert nn_ops._winograd_fits(geo)
+    geo = nn_conv.conv_geometry(x, w, b, 1, padding, 1, groups)
+    assert cpu_conv._winograd_fits(geo)
     got = ert.conv2d(x, w, b, padding=padding, groups=groups)
     want = ref_conv2d(x4, w, b, (1, 1), _conv_pads(padding, (3, 3), (1, 1)), (1, 1), groups)
     close(got, want if x.ndim == 4 else want[0], dtype, scale=5)
@@ -456,21 +464,21 @@ def test_conv2d_winograd_one_image_or_blocks_shared(
 ) -> None:
     # Two threads: one image's blocks of tiles are transformed here, their
     # products left to BLAS's threads; a batch's are shared with the helper thread.
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_TILES", 1)
-    monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_BYTES", 0)
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_COLS", block_cols)
+    monkeypatch.setattr(cpu_conv, "_WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(cpu_conv, "_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(cpu_conv, "_WINOGRAD_BYTES", 0)
+    monkeypatch.setattr(cpu_conv, "_WINOGRAD_MIN_COLS", block_cols)
     x, w = rand(*xs), rand(7, xs[1], 3, 3)
     b = rand(7) if bias else None
-    pooled = spy(monkeypatch, "_on_blas_threads")
-    shared = spy(monkeypatch, "_shared_by_two")
+    pooled = spy(monkeypatch, "on_blas_threads")
+    shared = spy(monkeypatch, "shared_by_two")
     with ert.config.override(num_threads=2):
         got = ert.conv2d(x, w, b, padding=1).numpy()
     close(got, ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1), scale=5)
     if xs[0] == 1:
-        assert pooled == [nn_ops._winograd_blocks] and not shared
+        assert pooled == [cpu_conv._winograd_blocks] and not shared
     else:
-        assert shared == [nn_ops._winograd_blocks] and not pooled
+        assert shared == [cpu_conv._winograd_blocks] and not pooled
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -479,7 +487,7 @@ def test_conv2d_winograd_real_sizes(threads: int) -> None:
     # images), float32 within a few roundings of the float64 reference.
     for xs, o in (((3, 64, 56, 56), 64), ((4, 32, 14, 13), 48)):
         x, w, b = rand(*xs), rand(o, xs[1], 3, 3) * 0.1, rand(o)
-        assert nn_ops._winograd_fits(nn_ops._conv_geometry(x, w, b, 1, 1, 1, 1))
+        assert cpu_conv._winograd_fits(nn_conv.conv_geometry(x, w, b, 1, 1, 1, 1))
         with ert.config.override(num_threads=threads):
             got = ert.conv2d(x, w, b, padding=1).numpy()
         want = ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1)
@@ -489,9 +497,9 @@ def test_conv2d_winograd_real_sizes(threads: int) -> None:
 def test_conv2d_winograd_only_where_it_pays() -> None:
     def fits(xs: tuple[int, ...], ws: tuple[int, ...], **kw: Any) -> bool:
         x, w = np.zeros(xs, np.float32), np.zeros(ws, np.float32)
-        geo = nn_ops._conv_geometry(x, w, None, kw.get("stride", 1), 1, kw.get("dilation", 1),
+        geo = nn_conv.conv_geometry(x, w, None, kw.get("stride", 1), 1, kw.get("dilation", 1),
                                     kw.get("groups", 1))  # fmt: skip
-        return nn_ops._winograd_fits(geo)
+        return cpu_conv._winograd_fits(geo)
 
     assert fits((32, 64, 56, 56), (64, 64, 3, 3))
     assert fits((1, 256, 14, 14), (256, 256, 3, 3))
@@ -664,7 +672,7 @@ def test_compiled_layer_norm_runs_on_the_pool_in_blocks_of_rows(
     # Graph mode's layer norm over enough values: one pool kernel over blocks of
     # rows (every row normalized, the last block too), equal to the eager op;
     # strided input and one thread allowed fall back to the eager kernel.
-    from eagerrt.ops import _numba_nn
+    from eagerrt.backends.cpu import numba_nn as _numba_nn
 
     pool_or_skip()
     runs: list[int] = []
@@ -684,7 +692,7 @@ def test_compiled_layer_norm_runs_on_the_pool_in_blocks_of_rows(
 
 
 def _pooled_linear_blocks(rows: int, threads: int) -> list[int]:
-    from eagerrt.ops import _pooled_linear
+    from eagerrt.backends.cpu import pooled_linear as _pooled_linear
 
     return _pooled_linear.row_blocks(rows, threads)
 
@@ -744,7 +752,7 @@ def test_linear_into_strategies(
 ) -> None:
     # Every way linear_into cuts a product gives x @ w.T + b, with the epilogue
     # seeing every row once, after its product (graph mode's fused linear+gelu).
-    monkeypatch.setattr(nn_ops, "_LINEAR_SPLIT_FLOPS", split)
+    monkeypatch.setattr(cpu_linear, "LINEAR_SPLIT_FLOPS", split)
     x, w = rand(2, rows, 48), rand(130, 48)
     b = rand(130) if bias else None
     out = np.empty((2, rows, 130), np.float32)
@@ -755,7 +763,7 @@ def test_linear_into_strategies(
         seen[start:stop] += 1
         np.maximum(flat[start:stop], 0, out=flat[start:stop])
 
-    nn_ops.linear_into(x, w, b, out, epilogue)
+    cpu_linear.linear_into(x, w, b, out, epilogue)
     want = x @ w.T + (0 if b is None else b)
     close(out, np.maximum(want, 0), scale=5)
     assert (seen == 1).all()
@@ -766,11 +774,11 @@ def test_conv2d_1x1_split_by_channels(images: int, monkeypatch: pytest.MonkeyPat
     # A 1x1 stride-1 convolution is a product of the input as it is: big ones
     # share their output channels between two threads, or, for one image, are
     # one product a group on BLAS's threads.
-    monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
-    monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(cpu_conv, "_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(cpu_threads, "_MIN_CHUNK_ROWS", 1)
     x, w, b = rand(images, 12, 7, 5), rand(9, 4, 1, 1), rand(9)
     for threads in (1, 2):
-        pooled = spy(monkeypatch, "_on_blas_threads")
+        pooled = spy(monkeypatch, "on_blas_threads")
         with ert.config.override(num_threads=threads):
             got = ert.conv2d(x, w, b, groups=3).numpy()
         close(got, ref_conv2d(x, w, b, (1, 1), (0, 0, 0, 0), (1, 1), 3), scale=5)
@@ -795,22 +803,22 @@ def test_conv2d_into_runs_the_epilogue_on_finished_images(
 ) -> None:
     # Graph mode's out form: the result goes into the given buffer and the
     # epilogue sees each image once, after its last block is written.
-    monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
-    monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(cpu_conv, "_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(cpu_threads, "_MIN_CHUNK_ROWS", 1)
     k = 1 if path == "plain" else 3
     x, w, b = rand(images, 6, 10, 9), rand(5, 6, k, k), rand(5)
     if path == "winograd":
-        monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_TILES", 1)
-        monkeypatch.setattr(nn_ops, "_WINOGRAD_BYTES", 0)
-        monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_COLS", 5 if blocks == "rows" else 10**6)
+        monkeypatch.setattr(cpu_conv, "_WINOGRAD_MIN_TILES", 1)
+        monkeypatch.setattr(cpu_conv, "_WINOGRAD_BYTES", 0)
+        monkeypatch.setattr(cpu_conv, "_WINOGRAD_MIN_COLS", 5 if blocks == "rows" else 10**6)
     else:
-        monkeypatch.setattr(nn_ops, "_WINOGRAD_CHANNELS", 10**9)
+        monkeypatch.setattr(cpu_conv, "_WINOGRAD_CHANNELS", 10**9)
         image = 4 * 6 * k * k * 10 * 9  # an image's im2col bytes
         budget = {"rows": image // 4, "images": image, "one": 1 << 30}[blocks]
-        monkeypatch.setattr(nn_ops, "_IM2COL_BYTES", budget)
+        monkeypatch.setattr(cpu_conv, "_IM2COL_BYTES", budget)
     padding = k // 2
-    g = nn_ops._conv_geometry(x, w, b, 1, padding, 1, 1)
-    assert (path == "winograd") == nn_ops._winograd_fits(g)
+    g = nn_conv.conv_geometry(x, w, b, 1, padding, 1, 1)
+    assert (path == "winograd") == cpu_conv._winograd_fits(g)
     want = ref_conv2d(x, w, b, (1, 1), (padding,) * 4, (1, 1), 1)
     out = np.full((images, 5, g.ho, g.wo), np.nan, np.float32)
     seen: list[int] = []
@@ -821,7 +829,7 @@ def test_conv2d_into_runs_the_epilogue_on_finished_images(
         out[first:end] *= -1  # the epilogue's own work, in place
 
     with ert.config.override(num_threads=threads):
-        got = nn_ops._conv2d_run(x, w, b, g, None, out, epilogue)
+        got = cpu_conv._conv2d_run(x, w, b, g, None, out, epilogue)
     assert got is out and sorted(seen) == list(range(images))
     close(out, -want, scale=5)
 
@@ -875,11 +883,11 @@ def _counting_row_units(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Rows computed by linear's two-thread path, block by block. The pool's
     kernels (tests/test_pooled_linear.py) are declined, as where there is no
     such pool: this path is their fallback."""
-    from eagerrt.ops import _pooled_linear
+    from eagerrt.backends.cpu import pooled_linear as _pooled_linear
 
     monkeypatch.setattr(_pooled_linear.PooledLinear, "__call__", lambda self, *a: False)
     seen: list[int] = []
-    real = nn_ops._linear_rows
+    real = cpu_linear._linear_rows
 
     def spy(
         x2: Any, wt: Any, bias: Any, out2: Any, epilogue: Any, units: Any, single: bool
@@ -891,7 +899,7 @@ def _counting_row_units(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
         real(x2, wt, bias, out2, epilogue, counted(), single)
 
-    monkeypatch.setattr(nn_ops, "_linear_rows", spy)
+    monkeypatch.setattr(cpu_linear, "_linear_rows", spy)
     return seen
 
 
@@ -1074,11 +1082,11 @@ def test_attention_kernel_strided_views() -> None:
         bool_mask = RNG.random((9, 6)) > 0.3
         float_mask = rand(3, 1, 6)
         for mask in (None, bool_mask, float_mask):
-            got = nn_ops._sdpa_kernel(q, k, v, mask, is_causal=False, scale=0.7)
+            got = cpu_attention._sdpa_kernel(q, k, v, mask, is_causal=False, scale=0.7)
             close(got, ref_attention(q, k, v, mask=mask, scale=0.7), scale=5)
-        got = nn_ops._sdpa_kernel(q, k, v, is_causal=True)
+        got = cpu_attention._sdpa_kernel(q, k, v, is_causal=True)
         close(got, ref_attention(q, k, v, causal=True), scale=5)
-    empty = nn_ops._sdpa_kernel(q[:, :, :0], k, v)  # no queries
+    empty = cpu_attention._sdpa_kernel(q[:, :, :0], k, v)  # no queries
     assert empty.shape == (2, 3, 0, 5)
 
 
@@ -1090,15 +1098,17 @@ def test_attention_on_heads_sliced_from_one_projection(threads: int) -> None:
     q, k, v = qkv[0], qkv[1], qkv[2]
     keys = np.ones((6, 1, 1, 40), bool)
     with ert.config.override(num_threads=threads):
-        close(nn_ops._sdpa_kernel(q, k, v), ref_attention(q, k, v), scale=5)
-        close(nn_ops._sdpa_kernel(q, k, v, keys), ref_attention(q, k, v), scale=5)  # masks nothing
+        close(cpu_attention._sdpa_kernel(q, k, v), ref_attention(q, k, v), scale=5)
+        close(
+            cpu_attention._sdpa_kernel(q, k, v, keys), ref_attention(q, k, v), scale=5
+        )  # masks nothing
         keys[:, :, :, 30:] = False  # padding: applied per block, key by key
         keys[2, :, :, 10:] = False
-        close(nn_ops._sdpa_kernel(q, k, v, keys), ref_attention(q, k, v, mask=keys), scale=5)
+        close(cpu_attention._sdpa_kernel(q, k, v, keys), ref_attention(q, k, v, mask=keys), scale=5)
         one = keys[2:3]  # one row of key mask for every batch item
-        close(nn_ops._sdpa_kernel(q, k, v, one), ref_attention(q, k, v, mask=one), scale=5)
+        close(cpu_attention._sdpa_kernel(q, k, v, one), ref_attention(q, k, v, mask=one), scale=5)
         close(
-            nn_ops._sdpa_kernel(q, k, v, is_causal=True),
+            cpu_attention._sdpa_kernel(q, k, v, is_causal=True),
             ref_attention(q, k, v, causal=True),
             scale=5,
         )
@@ -1111,7 +1121,7 @@ def test_units_are_shared_once_each() -> None:
         for i in units:
             seen.append(i)  # list.append is atomic
 
-    nn_ops._shared_by_two(work, 100)
+    cpu_threads.shared_by_two(work, 100)
     assert sorted(seen) == list(range(100))
 
     def failing(units: Any, single: bool) -> None:
@@ -1120,7 +1130,7 @@ def test_units_are_shared_once_each() -> None:
                 raise RuntimeError("unit 7")
 
     with pytest.raises(RuntimeError, match="unit 7"):  # from either thread
-        nn_ops._shared_by_two(failing, 20)
+        cpu_threads.shared_by_two(failing, 20)
 
 
 # -- pad, interpolate -------------------------------------------------------------------------------
@@ -1392,10 +1402,10 @@ def test_blas_threads_come_back_after_threads_leave_single_blas_out_of_order() -
     after it at half speed on two cores)."""
     import threading
 
-    fn = nn_ops._blas_local()
+    fn = cpu_threads._blas_local()
     if fn is None:
         pytest.skip("numpy's BLAS is not an OpenBLAS with a settable thread count")
-    default = nn_ops._blas_default_threads
+    default = cpu_threads._blas_default_threads
     inside = threading.Barrier(2)
     first_out = threading.Event()
 
@@ -1406,7 +1416,7 @@ def test_blas_threads_come_back_after_threads_leave_single_blas_out_of_order() -
             if not leave_first:
                 first_out.wait(5)
 
-        nn_ops._one_blas_thread(work)
+        cpu_threads.one_blas_thread(work)
         if leave_first:
             first_out.set()
 
@@ -1431,7 +1441,7 @@ def test_a_split_does_not_wait_for_a_helper_busy_with_another_callers_split() ->
         busy.set()
         release.wait(10)
 
-    nn_ops._helper_pool().submit(occupy)  # the other caller's share, still running
+    cpu_threads.helper_pool().submit(occupy)  # the other caller's share, still running
     assert busy.wait(5)
     done: list[int] = []
 
@@ -1441,7 +1451,7 @@ def test_a_split_does_not_wait_for_a_helper_busy_with_another_callers_split() ->
     finished = threading.Event()
 
     def split() -> None:
-        nn_ops._shared_by_two(work, 6)
+        cpu_threads.shared_by_two(work, 6)
         finished.set()
 
     caller = threading.Thread(target=split)
@@ -1492,7 +1502,7 @@ def test_a_kernel_does_its_whole_split_itself_while_other_tasks_have_the_cores(
     their cores, so every unit runs on the calling thread, BLAS held to it."""
     import threading
 
-    monkeypatch.setattr(nn_ops, "_cores_taken", lambda others=1: True)
+    monkeypatch.setattr(cpu_threads, "cores_taken", lambda others=1: True)
     threads: set[int] = set()
     done: list[int] = []
 
@@ -1501,7 +1511,7 @@ def test_a_kernel_does_its_whole_split_itself_while_other_tasks_have_the_cores(
             threads.add(threading.get_ident())
             done.append(unit)
 
-    nn_ops._shared_by_two(work, 6)
+    cpu_threads.shared_by_two(work, 6)
     assert done == list(range(6)) and threads == {threading.get_ident()}
     x, w = rand(2, 50, 64), rand(96, 64)
     close(ert.linear(x, w).numpy(), x @ w.T, scale=5)  # the one-product path, held too
@@ -1513,8 +1523,8 @@ def test_a_kernel_does_its_whole_split_itself_while_other_tasks_have_the_cores(
 def test_layer_and_group_norm_split_by_rows_over_two_threads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(nn_ops, "_NORMALIZE_SPLIT", 0)
-    monkeypatch.setattr(nn_ops, "_MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(cpu_norm, "_NORMALIZE_SPLIT", 0)
+    monkeypatch.setattr(cpu_threads, "_MIN_CHUNK_ROWS", 1)
     x, w, b = rand(3, 7, 10), rand(10), rand(10)
     mean = x.mean(-1, keepdims=True)
     want = (x - mean) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
@@ -1529,12 +1539,12 @@ def test_layer_norm_and_attention_write_into_a_given_buffer() -> None:
     # Graph mode's out forms: the result lands in the plan's buffer, contiguous
     # (written in place) or strided (computed apart, then copied in).
     x, w, b = rand(3, 7, 10), rand(10), rand(10)
-    want = nn_ops._layer_norm_kernel(
+    want = cpu_norm._layer_norm_kernel(
         x, w, b, normalized_shape=(10,), has_weight=True, has_bias=True, eps=1e-6
     )
     for out in (np.full((3, 7, 10), np.nan, np.float32), np.full((3, 7, 20), np.nan, np.float32)):
         into = out if out.shape[-1] == 10 else out[..., ::2]
-        nn_ops.layer_norm_into(
+        cpu_norm.layer_norm_into(
             x, w, b, into, normalized_shape=(10,), has_weight=True, has_bias=True, eps=1e-6
         )
         close(into, want)
@@ -1546,14 +1556,14 @@ def test_layer_norm_and_attention_write_into_a_given_buffer() -> None:
         np.full((2, 3, 9, 10), np.nan, np.float32),
     ):
         into = out if out.shape[-1] == 5 else out[..., ::2]
-        nn_ops.sdpa_out_form([q, k, v, mask], {})(q, k, v, mask, into)
+        cpu_attention.sdpa_out_form([q, k, v, mask], {})(q, k, v, mask, into)
         close(into, want, scale=5)
-    causal = nn_ops.sdpa_out_form([q, k, v], {"is_causal": True})
+    causal = cpu_attention.sdpa_out_form([q, k, v], {"is_causal": True})
     causal(q, k, v, into)  # no mask operand
     close(into, ref_attention(q, k, v, causal=True), scale=5)
     # Heads merged: a (B, L, H, E) buffer, each head's rows written strided.
     merged = np.full((2, 9, 3, 5), np.nan, np.float32)
-    nn_ops.sdpa_out_form([q, k, v, mask], {}, merged_heads=True)(q, k, v, mask, merged)
+    cpu_attention.sdpa_out_form([q, k, v, mask], {}, merged_heads=True)(q, k, v, mask, merged)
     close(merged, want.transpose(0, 2, 1, 3), scale=5)
 
 
@@ -1564,30 +1574,30 @@ def test_attention_work_arrays_are_kept_per_thread_and_resized(
     # Layer after layer reuses one thread's work arrays; a call with bigger blocks
     # gets bigger ones, and blocks over the limit are never kept. (The blocked
     # form's arrays: the shared pool's form, where it runs, is turned off here.)
-    monkeypatch.setattr(nn_ops, "_work_arrays", __import__("threading").local())
-    from eagerrt.ops import _shared_pool
+    monkeypatch.setattr(cpu_threads, "_work_arrays", __import__("threading").local())
+    from eagerrt.backends.cpu import shared_pool as _shared_pool
 
     monkeypatch.setattr(_shared_pool, "ready", lambda: False)
     with ert.config.override(num_threads=threads):
         for shape in [(1, 4, 16, 8), (2, 6, 40, 8), (1, 4, 16, 8), (2, 6, 40, 8)]:
             qkv = rand(*shape[:1], shape[2], 3, shape[1], shape[3]).transpose(2, 0, 3, 1, 4)
-            got = nn_ops._sdpa_kernel(qkv[0], qkv[1], qkv[2])
+            got = cpu_attention._sdpa_kernel(qkv[0], qkv[1], qkv[2])
             close(got, ref_attention(qkv[0], qkv[1], qkv[2]), scale=5)
-    kept = nn_ops._work_arrays.kept
+    kept = cpu_threads._work_arrays.kept
     scores = kept["attention scores"][0]
     assert scores.nbytes == 6 * 40 * 40 * 4  # blocks of half the 12 (batch, head) pairs
-    again = nn_ops._work_array("attention scores", (2, 5), np.dtype(np.float64))
+    again = cpu_threads.work_array("attention scores", (2, 5), np.dtype(np.float64))
     assert np.shares_memory(again, scores)
     # The same shape gets the same view back, not a new one.
-    assert nn_ops._work_array("attention scores", (2, 5), np.dtype(np.float64)) is again
-    monkeypatch.setattr(nn_ops, "_KEPT_WORK_BYTES", 64)
-    big = nn_ops._work_array("attention scores", (100,), np.dtype(np.float32))
+    assert cpu_threads.work_array("attention scores", (2, 5), np.dtype(np.float64)) is again
+    monkeypatch.setattr(cpu_threads, "KEPT_WORK_BYTES", 64)
+    big = cpu_threads.work_array("attention scores", (100,), np.dtype(np.float32))
     assert not np.shares_memory(big, kept["attention scores"][0])
 
 
 # -- attention on the shared pool ---------------------------------------------------------
 def pool_or_skip() -> None:
-    from eagerrt.ops import _shared_pool
+    from eagerrt.backends.cpu import shared_pool as _shared_pool
 
     if not _shared_pool.ready():
         pytest.skip("MKL on oneTBB (the mkl extra) with numba's loops on oneTBB is not here")
@@ -1614,7 +1624,7 @@ def test_attention_on_the_shared_pool_matches_the_reference(
     # or every batch item, grouped-query heads, heads strided in a projection,
     # a broadcast batch, 3-d and 2-d inputs; and each call went to that kernel.
     pool_or_skip()
-    from eagerrt.ops import _numba_nn
+    from eagerrt.backends.cpu import numba_nn as _numba_nn
 
     calls = []
     kernel = _numba_nn.attention_heads
@@ -1644,7 +1654,7 @@ def test_attention_on_the_shared_pool_matches_the_reference(
         ((q[0, 0], k[0, 0], v[0, 0]), {}, ref_attention(q[0, 0], k[0, 0], v[0, 0])),
     ]
     for args, kwargs, want in cases:
-        close(nn_ops._sdpa_kernel(*args, **kwargs), want, dtype=dtype, scale=5)
+        close(cpu_attention._sdpa_kernel(*args, **kwargs), want, dtype=dtype, scale=5)
     assert len(calls) == len(cases)
 
 
@@ -1654,7 +1664,7 @@ def test_planned_attention_steps_aside_for_settings_changed_after_setup(
     # Graph mode's attention is set up once; numpy's BLAS asked for, or the
     # threads changed, after that: the call runs the blocked forms, as eager does.
     pool_or_skip()
-    from eagerrt.ops import _numba_nn
+    from eagerrt.backends.cpu import numba_nn as _numba_nn
 
     calls = []
     kernel = _numba_nn.attention_heads
@@ -1662,7 +1672,7 @@ def test_planned_attention_steps_aside_for_settings_changed_after_setup(
     q, k, v = rand(2, 4, 9, 8), rand(2, 4, 11, 8), rand(2, 4, 11, 5)
     want = ref_attention(q, k, v)
     with ert.config.override(num_threads=2):
-        form = nn_ops.sdpa_out_form([q, k, v], {})
+        form = cpu_attention.sdpa_out_form([q, k, v], {})
         out = np.empty((2, 4, 9, 5), np.float32)
         form(q, k, v, out)
         close(out, want, scale=5)
@@ -1684,22 +1694,22 @@ def test_attention_on_the_shared_pool_writes_into_a_strided_buffer_in_place() ->
     want = ref_attention(q, k, v)
     merged = np.full((2, 16, 3, 8), np.nan, np.float32)
     into = merged.transpose(0, 2, 1, 3)
-    assert nn_ops._attention(q, k, v, None, into, False, None, False) is into
+    assert cpu_attention._attention(q, k, v, None, into, False, None, False) is into
     close(merged.transpose(0, 2, 1, 3), want, scale=5)
     fmask = rand(16, 16)
-    close(nn_ops._sdpa_kernel(q, k, v, fmask), ref_attention(q, k, v, mask=fmask), scale=5)
+    close(cpu_attention._sdpa_kernel(q, k, v, fmask), ref_attention(q, k, v, mask=fmask), scale=5)
     overlapping = np.ascontiguousarray(q)
-    got = nn_ops._attention(overlapping, k, v, None, overlapping, False, None, False)
+    got = cpu_attention._attention(overlapping, k, v, None, overlapping, False, None, False)
     close(got, want, scale=5)
     wider = np.full((2, 3, 16, 8), np.nan, np.float64)  # another dtype: cast in, still there
-    nn_ops._attention(q, k, v, None, wider, False, None, False)
+    cpu_attention._attention(q, k, v, None, wider, False, None, False)
     close(wider, want, scale=5)
 
 
 def test_the_shared_pool_is_used_only_on_onetbb_and_with_two_threads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from eagerrt.ops import _shared_pool
+    from eagerrt.backends.cpu import shared_pool as _shared_pool
 
     pool_or_skip()
     with ert.config.override(num_threads=1):
@@ -1709,13 +1719,13 @@ def test_the_shared_pool_is_used_only_on_onetbb_and_with_two_threads(
     monkeypatch.setattr(_shared_pool, "_on_tbb", False)  # numba chose another layer
     assert not _shared_pool.ready()
     q, k, v = rand(1, 2, 5, 4), rand(1, 2, 6, 4), rand(1, 2, 6, 4)
-    close(nn_ops._sdpa_kernel(q, k, v), ref_attention(q, k, v), scale=5)
+    close(cpu_attention._sdpa_kernel(q, k, v), ref_attention(q, k, v), scale=5)
 
 
 # -- convolutions of one image on the shared pool -------------------------------------------
 def spy_pool_convolutions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the pool's convolution kernels as they run."""
-    from eagerrt.ops import _numba_nn
+    from eagerrt.backends.cpu import numba_nn as _numba_nn
 
     calls: list[str] = []
     for name in ("winograd_on_pool", "gathered_on_pool", "gathered_blocks_on_pool"):
@@ -1753,7 +1763,7 @@ def test_one_image_convolutions_run_on_the_shared_pool(
         want = ref_conv2d(x, w, b, (stride,) * 2, (ph, ph, pw, pw), (dilation,) * 2, 1)
         for arg in (x, x[0]):
             calls.clear()
-            got = nn_ops._conv2d_kernel(
+            got = cpu_conv._conv2d_kernel(
                 arg, w, b, stride=stride, padding=(ph, pw), dilation=dilation
             )
             close(got, want if arg.ndim == 4 else want[0], dtype=dtype, scale=5)
@@ -1771,13 +1781,15 @@ def test_batch_convolutions_run_on_the_shared_pool(
     pool_or_skip()
     calls = spy_pool_convolutions(monkeypatch)
     for limit in (1 << 20, 1 << 14, 1 << 12):
-        monkeypatch.setattr(nn_ops, "_IM2COL_BYTES", limit)
+        monkeypatch.setattr(cpu_conv, "_IM2COL_BYTES", limit)
         for image, wshape, stride, (ph, pw), dilation, with_bias, kernel in POOL_CONVS:
             x, w = rand(batch, *image), rand(*wshape)
             b = rand(wshape[0]) if with_bias else None
             want = ref_conv2d(x, w, b, (stride,) * 2, (ph, ph, pw, pw), (dilation,) * 2, 1)
             calls.clear()
-            got = nn_ops._conv2d_kernel(x, w, b, stride=stride, padding=(ph, pw), dilation=dilation)
+            got = cpu_conv._conv2d_kernel(
+                x, w, b, stride=stride, padding=(ph, pw), dilation=dilation
+            )
             close(got, want, scale=5)
             name = "gathered_blocks_on_pool" if kernel == "gathered_on_pool" else kernel
             assert calls == [name], (image, wshape, limit, calls)
@@ -1792,19 +1804,19 @@ def test_pool_convolutions_fall_back_where_they_cannot_run(monkeypatch: pytest.M
     want = ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1)
     wg = rand(24, 8, 3, 3)
     close(
-        nn_ops._conv2d_kernel(x, wg, b, padding=1, groups=2),
+        cpu_conv._conv2d_kernel(x, wg, b, padding=1, groups=2),
         ref_conv2d(x, wg, b, (1, 1), (1, 1, 1, 1), (1, 1), 2),
         scale=5,
     )
     small = rand(1, 4, 6, 6)
     close(
-        nn_ops._conv2d_kernel(small, w[:, :4], b, padding=1),
+        cpu_conv._conv2d_kernel(small, w[:, :4], b, padding=1),
         ref_conv2d(small, w[:, :4], b, (1, 1), (1, 1, 1, 1), (1, 1), 1),
         scale=5,
     )
     assert calls == []
-    g = nn_ops._conv_geometry(x, w, b, 1, 1, 1, 1)
-    pooled = nn_ops._pooled_conv(g, w, nn_ops._winograd_u(w, g), np.dtype(np.float32))
+    g = nn_conv.conv_geometry(x, w, b, 1, 1, 1, 1)
+    pooled = cpu_conv._pooled_conv(g, w, cpu_conv._winograd_u(w, g), np.dtype(np.float32))
     assert pooled is not None
     out = np.empty_like(want, dtype=np.float32)
     with ert.config.override(num_threads=1):  # since the setup (for two)
@@ -1823,7 +1835,8 @@ def test_pool_convolutions_run_alone_while_other_tasks_have_the_cores(
     # Python between blocks), but on this thread alone, MKL held to it as well.
     import numba
 
-    from eagerrt.ops import _blas, _numba_nn
+    from eagerrt.backends.cpu import blas as _blas
+    from eagerrt.backends.cpu import numba_nn as _numba_nn
 
     pool_or_skip()
     seen: list[tuple[int, int | None]] = []
@@ -1837,14 +1850,14 @@ def test_pool_convolutions_run_alone_while_other_tasks_have_the_cores(
             _k(*a)
 
         monkeypatch.setattr(_numba_nn, name, spy)
-    monkeypatch.setattr(nn_ops, "_cores_taken", lambda others=1: True)
+    monkeypatch.setattr(cpu_threads, "cores_taken", lambda others=1: True)
     for batch in (1, 3):
         x, w, b = rand(batch, 16, 18, 18), rand(24, 16, 3, 3), rand(24)
         want = ref_conv2d(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1)
-        close(nn_ops._conv2d_kernel(x, w, b, padding=1), want, scale=5)
+        close(cpu_conv._conv2d_kernel(x, w, b, padding=1), want, scale=5)
         w2, b2 = rand(48, 16, 3, 3), rand(48)
         want = ref_conv2d(x, w2, b2, (2, 2), (1, 1, 1, 1), (1, 1), 1)
-        close(nn_ops._conv2d_kernel(x, w2, b2, stride=2, padding=1), want, scale=5)
+        close(cpu_conv._conv2d_kernel(x, w2, b2, stride=2, padding=1), want, scale=5)
     assert len(seen) == 4 and all(s == (1, 1) for s in seen)
 
 
@@ -1858,9 +1871,9 @@ def test_compiled_convolutions_set_up_for_the_pool_once(
     pool_or_skip()
     calls = spy_pool_convolutions(monkeypatch)
     made: list[int] = []
-    setup = nn_ops._PooledConv.__init__
+    setup = cpu_conv._PooledConv.__init__
     monkeypatch.setattr(
-        nn_ops._PooledConv, "__init__", lambda self, *a: made.append(1) or setup(self, *a)
+        cpu_conv._PooledConv, "__init__", lambda self, *a: made.append(1) or setup(self, *a)
     )
     w1, w2, b1 = rand(32, 64, 3, 3), rand(32, 32, 3, 3), rand(32)
     ws = rand(32, 64, 1, 1)
@@ -1892,22 +1905,22 @@ def test_compiled_convolutions_set_up_for_the_pool_once(
 def test_pool_blocks_come_in_a_multiple_of_the_threads() -> None:
     # Three blocks on two threads leave a core idle a third of the time: a
     # batch's blocks are made as many as a multiple of the threads where they can.
-    assert nn_ops._balanced_share(32, 12, 2) == 8  # four blocks of 8, not three of 11
-    assert nn_ops._balanced_share(32, 7, 2) == 6  # six blocks (the last of 2), not five
-    assert nn_ops._balanced_share(3, 5, 2) == 2  # two blocks at most for three images
-    assert nn_ops._balanced_share(1, 4, 2) == 1
+    assert cpu_conv._balanced_share(32, 12, 2) == 8  # four blocks of 8, not three of 11
+    assert cpu_conv._balanced_share(32, 7, 2) == 6  # six blocks (the last of 2), not five
+    assert cpu_conv._balanced_share(3, 5, 2) == 2  # two blocks at most for three images
+    assert cpu_conv._balanced_share(1, 4, 2) == 1
     x, w = rand(32, 256, 8, 8), rand(256, 256, 3, 3)
-    g = nn_ops._conv_geometry(x, w, None, 1, 1, 1, 1)
-    blocks = nn_ops._winograd_blocks_of(g, np.dtype(np.float32), 2)
+    g = nn_conv.conv_geometry(x, w, None, 1, 1, 1, 1)
+    blocks = cpu_conv._winograd_blocks_of(g, np.dtype(np.float32), 2)
     assert len(blocks) % 2 == 0 and sum(n1 - n0 for n0, n1, *_ in blocks) == 32
-    blocks = nn_ops._gathered_blocks_of(g, np.dtype(np.float32), 2)
+    blocks = cpu_conv._gathered_blocks_of(g, np.dtype(np.float32), 2)
     assert len(blocks) % 2 == 0 and sum(n1 - n0 for n0, n1, *_ in blocks) == 32
 
 
 def test_a_pool_work_area_taken_over_mid_iteration_is_fresh() -> None:
     # A thread handed another iteration of the loop while it waits inside MKL
     # (oneTBB may) must not reuse the work area the interrupted one is using.
-    from eagerrt.ops._numba_nn import _work_areas
+    from eagerrt.backends.cpu.numba_nn import _work_areas
 
     a, b, busy = np.zeros((1, 4, 4)), np.zeros((1, 2, 3)), np.zeros(1, np.bool_)
     first_a, first_b, mine, nested = _work_areas(a, b, busy)  # outside a loop: thread 0

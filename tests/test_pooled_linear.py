@@ -1,5 +1,5 @@
 """Linear layers as one numba parallel loop on MKL's oneTBB workers
-(eagerrt.ops._pooled_linear): eager calls, compiled plans with fused
+(eagerrt.backends.cpu.pooled_linear): eager calls, compiled plans with fused
 epilogues, the one-thread form under load, and the fallbacks."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
-from eagerrt.ops import _pooled_linear
-from eagerrt.ops import nn as nn_ops
+from eagerrt.backends.cpu import linear as cpu_linear
+from eagerrt.backends.cpu import pooled_linear as _pooled_linear
+from eagerrt.backends.cpu import threads as cpu_threads
 
 RNG = np.random.default_rng(7)
 
@@ -32,11 +33,11 @@ def close(got: Any, want: Any, dtype: Any = np.float32, scale: float = 1.0) -> N
 def pool_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, bool]]:
     """Skips without the pool; else records each pool kernel call as (kernel's
     name, column parts, whether it ran), eager calls' kept kernels cleared."""
-    from eagerrt.ops import _shared_pool
+    from eagerrt.backends.cpu import shared_pool as _shared_pool
 
     if not _shared_pool.ready():
         pytest.skip("MKL on oneTBB (the mkl extra) with numba's loops on oneTBB is not here")
-    monkeypatch.setattr(nn_ops, "_POOLED_LINEARS", {})
+    monkeypatch.setattr(cpu_linear, "_POOLED_LINEARS", {})
     runs: list[tuple[str, int, bool]] = []
     real = _pooled_linear.PooledLinear.__call__
 
@@ -138,7 +139,7 @@ def test_the_pool_kernels_run_alone_while_other_tasks_have_the_cores(
     # thread alone (one block), MKL held to it too.
     import numba
 
-    from eagerrt.ops import _blas
+    from eagerrt.backends.cpu import blas as _blas
 
     seen: list[tuple[int, int | None, int]] = []
 
@@ -152,7 +153,7 @@ def test_the_pool_kernels_run_alone_while_other_tasks_have_the_cores(
         spy.__name__ = kernel.__name__
         return spy
 
-    monkeypatch.setattr(nn_ops, "_cores_taken", lambda others=1: True)
+    monkeypatch.setattr(cpu_threads, "cores_taken", lambda others=1: True)
     monkeypatch.setattr(_pooled_linear, "linear_on_pool", watching(_pooled_linear.linear_on_pool))
     x, w, b = rand(128, 512), rand(64, 512), rand(64)
     close(ert.linear(x, w, b), x @ w.T + b, scale=25)
@@ -205,7 +206,7 @@ def test_a_pool_kernels_thread_count_is_set_only_when_it_changes(
 
     import numba
 
-    from eagerrt.ops import _shared_pool
+    from eagerrt.backends.cpu import shared_pool as _shared_pool
 
     sets: list[int] = []
     real = numba.set_num_threads

@@ -39,7 +39,6 @@ from ._core.errors import (
     WeightsError,
 )
 from ._core.scheduler import EagerErrorGroup, Stats, stats, synchronize
-from .backends import cpu as _cpu_backend  # noqa: F401 - the CPU's out forms and compiler
 from .calibrate import calibrate
 from .devices import Device, get_device, register_device
 from .dtypes import *  # noqa: F403 - the Array API's dtypes and dtype functions
@@ -67,11 +66,16 @@ from .ops.linalg import *  # noqa: F403
 from .ops.manipulation import *  # noqa: F403
 from .ops.nn import *  # noqa: F403
 from .ops.reduction import *  # noqa: F403
+from .ops.registry import load_backend_module as _load_backend_module
 from .ops.searching import *  # noqa: F403
 from .ops.sets import *  # noqa: F403
 from .ops.sorting import *  # noqa: F403
 from .profiler import Profile, profile
 from .tensor import Tensor
+
+# The CPU's backend (its kernels, out forms and compiler), loaded now rather than
+# on the first op, so that importing eagerrt is all the set-up there is.
+_load_backend_module(devices.cpu.backend or "")
 
 __version__ = "0.1.0"
 #: The version of the Python Array API standard this namespace follows.

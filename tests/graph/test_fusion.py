@@ -416,7 +416,7 @@ def test_linear_bias_is_added_in_the_epilogue_pass(rows: int) -> None:
     # The bias becomes an operand of the fused loop: the product is written without
     # it and the loop adds it as it reads each element (one pass, not two), also
     # where the epilogue reads the bias itself too.
-    from eagerrt.ops import nn as nn_ops
+    from eagerrt.backends.cpu import linear as cpu_linear
 
     w, b = ert.asarray(W.T.copy()), ert.asarray(B)
 
@@ -426,14 +426,14 @@ def test_linear_bias_is_added_in_the_epilogue_pass(rows: int) -> None:
     x, y = (arr(rng.standard_normal((rows, 32)), "float32") for _ in range(2))
     skip = arr(rng.standard_normal((rows, 64)), "float32")
     biases: list[Any] = []
-    real = nn_ops.linear_into
+    real = cpu_linear.linear_into
 
     def spy(x: Any, weight: Any, bias: Any, out: Any, *rest: Any) -> None:
         biases.append(bias)
         real(x, weight, bias, out, *rest)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(nn_ops, "linear_into", spy)  # the plan's out forms bind it as they compile
+        mp.setattr(cpu_linear, "linear_into", spy)  # the plan's out forms bind it as they compile
         f = ert.function(layers)
         assert fused_names(f, x, y, skip) == ["fused[linear,gelu,add]", "fused[linear,multiply]"]
         for node in f.compiled_for(x, y, skip).graph.nodes:
@@ -454,11 +454,11 @@ def test_conv2d_epilogue_runs_on_images_as_they_are_done(
     # relu. The convolution writes into the plan's buffer and the fused loop runs
     # on each run of images it finishes (blocks of whole images, or an image's
     # last block of rows), not over the whole result afterwards.
-    from eagerrt.ops import nn as nn_ops
+    from eagerrt.backends.cpu import conv as cpu_conv
 
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_BYTES", 0)
-    monkeypatch.setattr(nn_ops, "_WINOGRAD_MIN_COLS", 8)  # several blocks of rows an image
-    monkeypatch.setattr(nn_ops, "_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(cpu_conv, "_WINOGRAD_BYTES", 0)
+    monkeypatch.setattr(cpu_conv, "_WINOGRAD_MIN_COLS", 8)  # several blocks of rows an image
+    monkeypatch.setattr(cpu_conv, "_SPLIT_FLOPS", 0)
     cw = ert.asarray(rng.standard_normal((8, 8, 3, 3)).astype(np.float32))
     scale = ert.asarray(rng.standard_normal((1, 8, 1, 1)).astype(np.float32))
 
@@ -470,7 +470,7 @@ def test_conv2d_epilogue_runs_on_images_as_they_are_done(
     skip = arr(rng.standard_normal((batch, 8, 12, 12)), "float32")
     assert fused_names(block, x, skip) == ["fused[conv2d,multiply,add,relu]"]
     runs: list[tuple[int, int]] = []
-    real = nn_ops._ImagesDone.__init__
+    real = cpu_conv._ImagesDone.__init__
 
     def recording(self: Any, epilogue: Any) -> None:
         def noted(first: int, end: int) -> None:
@@ -479,7 +479,7 @@ def test_conv2d_epilogue_runs_on_images_as_they_are_done(
 
         real(self, noted if epilogue is not None else None)
 
-    monkeypatch.setattr(nn_ops._ImagesDone, "__init__", recording)
+    monkeypatch.setattr(cpu_conv._ImagesDone, "__init__", recording)
     for threads in (1, 2):
         with ert.config.override(num_threads=threads):
             compare(block, x, skip)
@@ -510,11 +510,14 @@ def test_constant_conv_weights_are_prepared_once(monkeypatch: pytest.MonkeyPatch
     """A conv2d whose weight is a constant gets its Winograd weights when the plan
     is built (``Op.prepare``), not on every call; a weight that is an input (or an
     eager call) transforms per call, as before. Results stay equal."""
-    from eagerrt.ops import nn as nn_ops
+    from eagerrt.backends.cpu import conv as cpu_conv
+    from eagerrt.ops.nn.conv import conv_geometry
 
     made = []
-    transform = nn_ops._winograd_u
-    monkeypatch.setattr(nn_ops, "_winograd_u", lambda w, g: made.append(w.shape) or transform(w, g))
+    transform = cpu_conv._winograd_u
+    monkeypatch.setattr(
+        cpu_conv, "_winograd_u", lambda w, g: made.append(w.shape) or transform(w, g)
+    )
     cw = ert.asarray(rng.standard_normal((16, 8, 3, 3)).astype(np.float32))
     cb = ert.asarray(rng.standard_normal(16).astype(np.float32))
 
@@ -524,7 +527,7 @@ def test_constant_conv_weights_are_prepared_once(monkeypatch: pytest.MonkeyPatch
 
     x = arr(rng.standard_normal((2, 8, 16, 16)), "float32")
     w = arr(rng.standard_normal((4, 8, 3, 3)), "float32")
-    assert nn_ops._winograd_fits(nn_ops._conv_geometry(x, cw, cb, 1, 1, 1, 1))
+    assert cpu_conv._winograd_fits(conv_geometry(x, cw, cb, 1, 1, 1, 1))
     compare(f, x, w)  # compiles (cw's transform), runs compiled and eagerly
     made.clear()
     for _ in range(3):
@@ -537,11 +540,13 @@ def test_prepared_conv_weights_are_shared_by_traces(monkeypatch: pytest.MonkeyPa
     (one copy per weight, not per trace); they go when the weight does."""
     import gc
 
-    from eagerrt.ops import nn as nn_ops
+    from eagerrt.backends.cpu import conv as cpu_conv
 
     made = []
-    transform = nn_ops._winograd_u
-    monkeypatch.setattr(nn_ops, "_winograd_u", lambda w, g: made.append(w.shape) or transform(w, g))
+    transform = cpu_conv._winograd_u
+    monkeypatch.setattr(
+        cpu_conv, "_winograd_u", lambda w, g: made.append(w.shape) or transform(w, g)
+    )
 
     def model() -> Any:
         cw = ert.asarray(rng.standard_normal((16, 8, 3, 3)).astype(np.float32))
@@ -551,11 +556,11 @@ def test_prepared_conv_weights_are_shared_by_traces(monkeypatch: pytest.MonkeyPa
     for batch in (2, 3, 4):
         compare(f, arr(rng.standard_normal((batch, 8, 16, 16)), "float32"))
     assert made == [(16, 8, 3, 3)] * 4  # once compiled, three times eagerly in compare
-    entries = len(nn_ops._prepared)
+    entries = len(cpu_conv._prepared)
     del f  # and with it the weight
     gc.collect()
-    assert len(nn_ops._prepared) < entries
-    assert all(ref() is not None for ref, _, _ in nn_ops._prepared.values())
+    assert len(cpu_conv._prepared) < entries
+    assert all(ref() is not None for ref, _, _ in cpu_conv._prepared.values())
 
 
 def test_product_read_elsewhere_keeps_its_node() -> None:

@@ -22,6 +22,7 @@ from .._core.config import config
 from .._core.errors import DTypeError
 from ..tensor import Tensor
 from ._rules import as_float, broadcast_shapes, dtype_key, ufunc_dtype
+from .erf_rational import ERF_CLAMP, ERF_P, ERF_Q, INV_SQRT2
 from .registry import GENERIC, Op, define_op
 
 __all__ = [  # written out for type checkers; test_layers checks it lists every op
@@ -403,11 +404,23 @@ def _gelu(x: Any, approximate: str = "none") -> Any:
     if approximate == "tanh":
         inner = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))
         return 0.5 * x * (1 + inner)
-    from ._numba_kernels import gelu_erf
+    return 0.5 * x * (1 + _erf(x * x.dtype.type(INV_SQRT2)))
 
-    if x.dtype == np.float16:  # numba has no float16: compute wider, round back
-        return gelu_erf(x.astype(np.float32)).astype(np.float16)
-    return gelu_erf(x)
+
+def _erf(z: Any) -> Any:
+    """erf in numpy-API calls (numpy has none of its own): float64 through
+    ``math.erf``, narrower floats through the rational form of
+    :mod:`.erf_rational`, as the CPU backend's kernel computes them."""
+    if z.dtype == np.float64:
+        return np.frompyfunc(math.erf, 1, 1)(z).astype(np.float64)
+    t = z * z
+    p = q = 0
+    for coefficient in reversed(ERF_P):
+        p = p * t + coefficient
+    for coefficient in reversed(ERF_Q):
+        q = q * t + coefficient
+    inside = z * p / q
+    return np.where(np.abs(z) < ERF_CLAMP, inside, np.sign(z)).astype(z.dtype, copy=False)
 
 
 # -- selection -------------------------------------------------------------------

@@ -27,11 +27,12 @@ array([1., 4., 9.])
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from threading import get_ident
 from types import FrameType, MappingProxyType
 from typing import Any, TypeVar
@@ -69,6 +70,7 @@ __all__ = [
     "get_op",
     "launch",
     "load_backend_module",
+    "registering_backend_kernels",
     "registered_ops",
 ]
 
@@ -315,6 +317,13 @@ class Op:
             return fn
 
         return register
+
+    @property
+    def user_kernels(self) -> frozenset[str]:
+        """The devices (names) whose kernel for this op was registered from
+        outside eagerrt (a user's or a third-party device's): graph passes
+        leave such ops' semantics alone."""
+        return frozenset(self._user_kernels)
 
     @property
     def out_forms(self) -> Mapping[str, Callable[[Any], Kernel | None]]:
@@ -1108,19 +1117,27 @@ def define_op(
 
 _builtin_names: frozenset[str] = frozenset()
 _loaded_backends: set[str] = set()
-_backends_loading = 0  # > 0 while a backend module registers eagerrt's own kernels
+_backends_loading = 0  # > 0 while a backend registers eagerrt's (or a device's) own kernels
 
 
-def load_backend_module(module: str) -> Any:
-    """Import a device's backend module (once): the kernels it registers as it
-    loads are eagerrt's (or the device maker's) own, not a user's, so they are
-    neither wrapped nor checked as user kernels are."""
+@contextlib.contextmanager
+def registering_backend_kernels() -> Iterator[None]:
+    """Kernels registered inside are a backend's own (as it loads, or ops its
+    graph passes make), not a user's: neither wrapped nor checked as user
+    kernels are, and graph passes may rewrite their ops."""
     global _backends_loading
     _backends_loading += 1
     try:
-        loaded = importlib.import_module(module)
+        yield
     finally:
         _backends_loading -= 1
+
+
+def load_backend_module(module: str) -> Any:
+    """Import a device's backend module (once), its kernels registered as the
+    backend's own (see :func:`registering_backend_kernels`)."""
+    with registering_backend_kernels():
+        loaded = importlib.import_module(module)
     _loaded_backends.add(module)
     return loaded
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from ...graph.backend import PlanCompiler
 from ...graph.passes import dce
-from . import out_forms as _out_forms  # noqa: F401  (registers the CPU's out forms)
+
+# Each registers its "cpu" kernels (and out forms) as it is imported.
+from . import activation, attention, conv, linear, norm, out_forms, pooling  # noqa: F401
 from .passes import epilogue, fusion, merge_heads, regions
 
 __all__ = ["CPUBackend", "backend"]

@@ -580,7 +580,7 @@ def _gelu(
         return None
     if out == np.float32:
         # As the eager numba kernel: float32 math with the vectorizable rational erf.
-        from ...ops._erf import INV_SQRT2, erf_source_lines
+        from ...ops.erf_rational import INV_SQRT2, erf_source_lines
 
         v = e._assign(f"{T}({x})", out)
         erf = f"{v.var}_erf"

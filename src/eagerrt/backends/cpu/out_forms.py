@@ -15,19 +15,13 @@ import numpy as np
 from ..._core.config import config
 from ...graph.ir import Node, Value
 from ...graph.kernels import OutForm
-from ...ops._numba_kernels import softmax_rows_into
-from ...ops.nn import (
-    _BLAS_ONE_THREAD,
-    _LINEAR_ROWS,
-    _LINEAR_SPLIT_FLOPS,
-    _one_product,
-    conv2d_out_form,
-    layer_norm_out_form,
-    linear_into,
-    linear_out_form,
-    sdpa_out_form,
-)
 from ...ops.registry import get_op
+from .attention import sdpa_out_form
+from .conv import conv2d_out_form
+from .linear import LINEAR_ROWS, LINEAR_SPLIT_FLOPS, linear_into, linear_out_form
+from .norm import layer_norm_out_form
+from .numba_kernels import softmax_rows_into
+from .threads import BLAS_ONE_THREAD, one_product
 
 __all__ = ["matmul_by_rows"]
 
@@ -50,7 +44,7 @@ def matmul_by_rows(node: Node) -> bool:
     if a.ndim < 2 or b.ndim != 2 or a.dtype.kind != "f" or node.out.shape[:-1] != a.shape[:-1]:
         return False
     rows = math.prod(node.out.shape[:-1])
-    return rows >= 2 * _LINEAR_ROWS and 2.0 * rows * b.shape[1] * b.shape[0] >= _LINEAR_SPLIT_FLOPS
+    return rows >= 2 * LINEAR_ROWS and 2.0 * rows * b.shape[1] * b.shape[0] >= LINEAR_SPLIT_FLOPS
 
 
 def _matmul_out(node: Node) -> OutForm | None:
@@ -61,11 +55,11 @@ def _matmul_out(node: Node) -> OutForm | None:
         # linear's weight is (n, k): b's transpose, a view; its product reads b in place.
         return lambda a, b, out, epilogue=None: linear_into(a, b.T, None, out, epilogue)
     big = a.ndim >= 1 and b.ndim >= 1 and node.out.ndim >= 1 and a.dtype.kind == "f"
-    if big and math.prod(node.out.shape) * a.shape[-1] > _BLAS_ONE_THREAD:
+    if big and math.prod(node.out.shape) * a.shape[-1] > BLAS_ONE_THREAD:
         # Held to its thread only with two other tasks or more: one is often a
         # plan's own short side segment beside this one (measured MiniLM through
         # ert.onnx at batch 1: 27-29 ms, 31-32 ms holding BLAS for one).
-        return lambda a, b, out: _one_product(a, b, out, max(2, config.num_threads))
+        return lambda a, b, out: one_product(a, b, out, max(2, config.num_threads))
     if a.ndim == 2 and b.ndim == 2:
         return np.ndarray.dot  # dot(a, b, out): half matmul's call cost on small matrices
     if a.ndim >= 1 and b.ndim >= 1 and node.out.ndim >= 1:
@@ -93,7 +87,7 @@ def _relu_out(node: Node) -> OutForm | None:
 
 def _linear_out(node: Node) -> OutForm | None:
     """``linear_into``: one product over all leading dimensions, its pool kernel
-    (:mod:`eagerrt.ops._pooled_linear`) set up now for the plan's shapes;
+    (:mod:`eagerrt.backends.cpu.pooled_linear`) set up now for the plan's shapes;
     ``epilogue=`` runs elementwise work on each block of rows (see
     :mod:`.passes.epilogue`, which runs most epilogues in a pool kernel of
     their own)."""

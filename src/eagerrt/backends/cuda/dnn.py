@@ -15,9 +15,9 @@ descriptor values (:class:`Descriptors`), which is how CI, without a GPU,
 checks what the device would ask cuDNN for.
 
 >>> import numpy as np
->>> from eagerrt.ops.nn import _conv_geometry
+>>> from eagerrt.ops.nn.conv import conv_geometry
 >>> x, w = np.ones((1, 2, 4, 4), np.float32), np.ones((3, 2, 3, 3), np.float32)
->>> d = describe(x, w, _conv_geometry(x, w, None, 1, 1, 1, 1))
+>>> d = describe(x, w, conv_geometry(x, w, None, 1, 1, 1, 1))
 >>> d.pad, d.stride, d.out
 ((1, 1), (1, 1), (1, 3, 4, 4))
 >>> convolve(d, x, w, None, relu=True)[0, 0, 1, 1]

@@ -23,14 +23,10 @@ import numpy as np
 
 from ...devices.device_checks import check_later
 from ...ops._rules import as_float
-from ...ops.nn import (
-    _adaptive_size,
-    _affine,
-    _attention_geometry,
-    _conv_geometry,
-    _normalized_shape,
-    _pool_geometry,
-)
+from ...ops.nn.attention import attention_geometry
+from ...ops.nn.conv import conv_geometry
+from ...ops.nn.norm import affine_operands, as_normalized_shape
+from ...ops.nn.pooling import adaptive_size, pool_geometry
 from . import dnn, gemm
 
 __all__ = [
@@ -120,7 +116,7 @@ def conv2d(
     per tap over shifted windows of the padded images (:func:`_shifted_products`);
     a strided one gathers its input columns once (im2col, a strided view of the
     padded input copied in one pass)."""
-    g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    g = conv_geometry(x, weight, bias, stride, padding, dilation, groups)
     return _convolve(_xp(x), x, weight, bias, g)
 
 
@@ -138,7 +134,7 @@ def conv2d_relu(
     """``relu(conv2d(x, weight, bias) + residual)`` (a compiled plan's fused
     node, ``backends/cuda/passes/conv_relu.py``): one cuDNN kernel where cuDNN takes
     the convolution, else the convolution, then the sum and ReLU in place."""
-    g = _conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    g = conv_geometry(x, weight, bias, stride, padding, dilation, groups)
     return _convolve(_xp(x), x, weight, bias, g, residual, relu=True)
 
 
@@ -273,7 +269,7 @@ def scaled_dot_product_attention(
     :func:`_softmax_last`), batched values (cuBLAS). Queries that may attend to
     nothing give zeros (PyTorch's rule)."""
     xp = _xp(q)
-    g = _attention_geometry(q, k, v, mask, is_causal, enable_gqa)
+    g = attention_geometry(q, k, v, mask, is_causal, enable_gqa)
     factor = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
     if g.kv_repeat > 1:  # grouped-query attention: each key/value head serves several
         k = xp.repeat(k, g.kv_repeat, axis=-3)
@@ -372,8 +368,8 @@ def layer_norm(
 ) -> Any:
     """Layer norm over the trailing ``normalized_shape`` dimensions."""
     xp = _xp(x)
-    weight, bias = _affine(affine, has_weight, has_bias)
-    cols = math.prod(_normalized_shape(normalized_shape))
+    weight, bias = affine_operands(affine, has_weight, has_bias)
+    cols = math.prod(as_normalized_shape(normalized_shape))
     weight = None if weight is None else weight.reshape(cols)
     bias = None if bias is None else bias.reshape(cols)
     return _normalize_rows(xp, x.reshape(-1, cols), float(eps), weight, bias).reshape(x.shape)
@@ -392,8 +388,8 @@ def add_layer_norm(
     ``backends/cuda/passes/add_layer_norm.py``): the sum is never written, the row
     kernel reads both."""
     xp = _xp(x)
-    weight, bias = _affine(affine, has_weight, has_bias)
-    cols = math.prod(_normalized_shape(normalized_shape))
+    weight, bias = affine_operands(affine, has_weight, has_bias)
+    cols = math.prod(as_normalized_shape(normalized_shape))
     weight = None if weight is None else weight.reshape(cols)
     bias = None if bias is None else bias.reshape(cols)
     rows, extra = x.reshape(-1, cols), xp.ascontiguousarray(residual).reshape(-1, cols)
@@ -410,7 +406,7 @@ def group_norm(
 ) -> Any:
     """Group norm: statistics per sample over groups of channels."""
     xp = _xp(x)
-    weight, bias = _affine(affine, has_weight, has_bias)
+    weight, bias = affine_operands(affine, has_weight, has_bias)
     n, c = x.shape[:2]
     out = _normalize_rows(xp, x.reshape(n * num_groups, -1), float(eps)).reshape(n, c, -1)
     if weight is not None:
@@ -451,7 +447,7 @@ def max_pool2d(
 ) -> Any:
     """Max over each window (padding never wins: it is -inf)."""
     xp = _xp(x)
-    g = _pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    g = pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
     windows = _windows(xp, x, g, -np.inf, (g.dh, g.dw))
     return windows.max(axis=(-2, -1)).reshape(g.out_shape)
 
@@ -468,7 +464,7 @@ def avg_pool2d(
     """Mean over each window, PyTorch's divisors: the window clipped to the
     padded input (``count_include_pad``) or to the input itself."""
     xp = _xp(x)
-    g = _pool_geometry("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
+    g = pool_geometry("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
     sums = _windows(xp, x, g, 0.0).sum(axis=(-2, -1))
     if divisor_override:
         sums /= sums.dtype.type(divisor_override)
@@ -495,7 +491,7 @@ def adaptive_avg_pool2d(x: Any, output_size: Any) -> Any:
     """PyTorch's adaptive bins (floor starts, ceil ends): a reshaped mean where
     the sizes divide, else one mean per output row and column of bins."""
     xp = _xp(x)
-    oh, ow = _adaptive_size(x, output_size)
+    oh, ow = adaptive_size(x, output_size)
     h, w = x.shape[-2:]
     lead = x.shape[:-2]
     if h % oh == 0 and w % ow == 0:

@@ -27,9 +27,10 @@ from ...._core.config import config
 from ....graph.cost_model import node_cost
 from ....graph.ir import Graph, Node, Value
 from ....graph.kernels import kernel_for, out_form_for
-from ....ops._pooled_linear import PooledLinear, driver_source, pool_applies
+from ....ops.registry import get_op
 from ..codegen import load_source
 from ..out_forms import matmul_by_rows
+from ..pooled_linear import PooledLinear, driver_source, pool_applies
 from .fusion import (
     build_program,
     compile_kernel,
@@ -42,6 +43,7 @@ from .fusion import (
     numba_signature,
     replace_groups,
     same_size,
+    users_kernel,
 )
 
 __all__ = ["run"]
@@ -52,12 +54,10 @@ _producers: dict[int, str] | None = None
 def _producer_ops() -> dict[int, str]:
     global _producers
     if _producers is None:
-        from ....ops import linalg, nn
-
         _producers = {
-            id(linalg.matmul): "matmul",
-            id(nn.linear): "linear",
-            id(nn._conv2d): "conv2d",
+            id(get_op("matmul")): "matmul",
+            id(get_op("linear")): "linear",
+            id(get_op("conv2d")): "conv2d",
         }
     return _producers
 
@@ -73,7 +73,7 @@ def _product(v: Any, group: list[Node], users: dict[int, list[Node]], outputs: s
     root = group[-1].out
     if v.shape != root.shape or v.dtype != root.dtype or v.dtype.kind != "f":
         return False
-    if getattr(v.device, "name", None) != "cpu" or "cpu" in node.op.kernels:
+    if getattr(v.device, "name", None) != "cpu" or users_kernel(node.op):
         return False
     members = {id(n) for n in group}
     return all(id(u) in members for u in users.get(v.id, ()))
@@ -149,7 +149,7 @@ def _by_rows(product_into: Any, n_product: int, modes: list[bool], ew: Any, pool
     whichever thread computed the block). Blocks are views of shape (1, ..., rows,
     n), which the loop nest handles: it takes its bounds from ``out``, operands by
     rows have ``out``'s shape and the others broadcast over every dimension but
-    the last. With ``pooled`` (a linear's :class:`~eagerrt.ops._pooled_linear.PooledLinear`
+    the last. With ``pooled`` (a linear's :class:`~eagerrt.backends.cpu.pooled_linear.PooledLinear`
     running the epilogue's generated driver) the whole is one pool kernel where
     it can run."""
 
@@ -235,7 +235,7 @@ def _foldable_bias(product: Node, value: Value) -> Value | None:
 def _pool_shape(product: Node, rest: list[Any]) -> tuple[int, int, int, list[bool]] | None:
     """(m, n, k, by-rows modes) of a linear (without a bias of its own: a
     foldable one is among ``rest``) whose product and epilogue can run as one
-    pool kernel (:mod:`eagerrt.ops._pooled_linear`), or None."""
+    pool kernel (:mod:`eagerrt.backends.cpu.pooled_linear`), or None."""
     if product.name != "linear" or len(product.inputs) != 2:
         return None
     modes = _row_blocks(product, rest)
@@ -251,7 +251,7 @@ def _pool_shape(product: Node, rest: list[Any]) -> tuple[int, int, int, list[boo
 def _pooled_driver(
     source: str, product: Node, rest: list[Any], out: Value, pool: tuple[int, int, int, Any]
 ) -> Any:
-    """The :class:`~eagerrt.ops._pooled_linear.PooledLinear` running ``source``'s
+    """The :class:`~eagerrt.backends.cpu.pooled_linear.PooledLinear` running ``source``'s
     generated driver, compiled now for the plan's argument types; None if
     numba refuses it (the plan then runs the product and epilogue as before)."""
     import numba

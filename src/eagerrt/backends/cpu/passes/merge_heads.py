@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from ....graph.cost_model import node_cost
 from ....graph.ir import Graph, Node, Value
-from .fusion import make_op, replace_groups
+from ..attention import sdpa_out_form
+from .fusion import make_op, replace_groups, users_kernel
 
 __all__ = ["run"]
 
@@ -32,7 +33,7 @@ def _merged(attention: Node, users: dict[int, list[Node]], outputs: set[int]) ->
     result = attention.outputs[0]
     if result.ndim != 4 or result.id in outputs or result.dtype.kind != "f":
         return None
-    if getattr(result.device, "name", None) != "cpu" or "cpu" in attention.op.kernels:
+    if getattr(result.device, "name", None) != "cpu" or users_kernel(attention.op):
         return None  # a device's own kernel, or another device: its layouts are its own
     if any(type(a) is not Value for a in attention.inputs):
         return None
@@ -47,8 +48,6 @@ def _merged(attention: Node, users: dict[int, list[Node]], outputs: set[int]) ->
 
 def run(graph: Graph) -> int:
     """Merge attention's heads as it writes them; returns how many it merged."""
-    from ....ops.nn import sdpa_out_form
-
     users = graph.users()
     outputs = {v.id for v in graph.outputs}
     done = []

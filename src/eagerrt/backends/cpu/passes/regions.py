@@ -32,7 +32,6 @@ import numpy as np
 
 from ...._core.config import config
 from ....graph.ir import Graph, Node, Value
-from ....ops.registry import GENERIC
 from ..codegen import HEADER, NJIT, ScalarEmitter, index_expr, loop_nest
 from .fusion import (
     _builtin_ops,
@@ -42,6 +41,7 @@ from .fusion import (
     find_groups,
     make_op,
     replace_groups,
+    users_kernel,
 )
 
 __all__ = ["TINY_ELEMENTS", "TINY_MACS", "run"]
@@ -70,7 +70,7 @@ def _is_matmul(node: Node) -> bool:
 
         _matmul_op = matmul
     op = node.op
-    return op is _matmul_op and "cpu" not in op.kernels and op.kernels.get(GENERIC) is np.matmul
+    return op is _matmul_op and not users_kernel(op)
 
 
 def tiny_matmul(node: Node) -> bool:

@@ -25,8 +25,7 @@ import numpy as np
 
 from ....graph.ir import Graph, Node, Value
 from ....graph.passes.rewrite import builtin, make_node, single_reader
-from ....ops.nn import _conv2d_kernel, _conv2d_rule
-from ....ops.registry import GENERIC, Op
+from ....ops.registry import GENERIC, Op, get_op
 from .. import nn as cuda_nn
 
 __all__ = ["conv2d_relu", "run"]
@@ -35,7 +34,7 @@ __all__ = ["conv2d_relu", "run"]
 def _rule(
     x: Any, weight: Any, bias: Any = None, residual: Any = None, **conv: Any
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    shape, dtype = _conv2d_rule(x, weight, bias, **conv)
+    shape, dtype = get_op("conv2d").rule(x, weight, bias, **conv)
     if residual is not None and (tuple(residual.shape) != tuple(shape) or residual.dtype != dtype):
         raise ValueError(f"the residual {residual.shape} must match the convolution's {shape}")
     return shape, dtype
@@ -48,7 +47,7 @@ def _kernel(
     residual: np.ndarray | None = None,
     **conv: Any,
 ) -> np.ndarray:
-    out = _conv2d_kernel(x, weight, bias, **conv)
+    out = get_op("conv2d").kernels[GENERIC](x, weight, bias, **conv)
     if residual is not None:
         out += residual
     return np.maximum(out, 0, out=out)

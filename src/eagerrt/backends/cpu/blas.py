@@ -14,10 +14,10 @@ each), 461-471 against 528-541 ms.
 product that could use it, never by ``import eagerrt``.
 
 >>> import numpy as np
->>> from eagerrt.ops import _blas
+>>> from eagerrt.backends.cpu import blas
 >>> a, b = np.ones((3, 4), np.float32), np.ones((5, 4), np.float32)
 >>> out = np.empty((3, 5), np.float32)
->>> _blas.matmul(a, b.T, out)  # b.T read in place, as BLAS's transposed operand
+>>> blas.matmul(a, b.T, out)  # b.T read in place, as BLAS's transposed operand
 >>> out[0]
 array([4., 4., 4., 4., 4.], dtype=float32)
 """
@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from .._core.config import config
-from .._core.errors import EagerError
-from .._core.forking import renew_after_fork
+from ..._core.config import config
+from ..._core.errors import EagerError
+from ..._core.forking import renew_after_fork
 
 __all__ = [
     "MKLMissingError",
@@ -82,7 +82,7 @@ class _MKL:
             fn.argtypes = [c_int] * 6 + [scalar] + [c_void, c_int, c_int] * 2 + [scalar]
             fn.argtypes += [c_void, c_int, c_int, c_int]
             self.gemm_batch[dtype] = fn
-        # Per thread, unlike numpy's OpenBLAS (see nn._one_blas_thread): returns
+        # Per thread, unlike numpy's OpenBLAS (see threads.one_blas_thread): returns
         # the count in force before, 0 meaning "MKL's global count".
         self.set_local_threads = lib.MKL_Set_Num_Threads_Local
         self.set_local_threads.restype = c_int
@@ -175,9 +175,9 @@ def backend() -> str:
     """Which library computes the kernels' products now: ``"mkl"`` or ``"numpy"``.
 
     >>> import eagerrt as ert
-    >>> from eagerrt.ops import _blas
+    >>> from eagerrt.backends.cpu import blas
     >>> with ert.config.override(blas="numpy"):
-    ...     _blas.backend()
+    ...     blas.backend()
     'numpy'
     """
     return "numpy" if _active() is None else "mkl"
@@ -186,7 +186,7 @@ def backend() -> str:
 def gemm_address(dtype: np.dtype[Any]) -> int | None:
     """The address of MKL's ``cblas_sgemm`` / ``cblas_dgemm`` for ``dtype``
     (float32 / float64), for numba kernels that call it from their parallel
-    loops (:mod:`eagerrt.ops._native_gemm`); None where MKL is not the backend
+    loops (:mod:`eagerrt.backends.cpu.native_gemm`); None where MKL is not the backend
     or has no product for ``dtype``."""
     mkl = _active()
     return None if mkl is None else mkl.gemm_addresses.get(np.dtype(dtype)) or None

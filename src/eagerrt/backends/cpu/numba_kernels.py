@@ -12,7 +12,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from ._erf import ERF_CLAMP, ERF_P, ERF_Q, INV_SQRT2
+from ...ops.erf_rational import ERF_CLAMP, ERF_P, ERF_Q, INV_SQRT2
 
 __all__ = ["gelu_erf", "softmax_last_axis", "softmax_rows_into"]
 
@@ -51,7 +51,7 @@ def _gelu_erf_rational_flat(x: Any, out: Any) -> None:  # pragma: no cover - com
 
 def gelu_erf(x: np.ndarray) -> np.ndarray:
     """``x * Phi(x)`` with the erf normal CDF, in ``x``'s float dtype: float32 through
-    a vectorizable rational erf (see :mod:`._erf`), float64 through ``math.erf``."""
+    a vectorizable rational erf (see :mod:`eagerrt.ops.erf_rational`), float64 through ``math.erf``."""
     flat = np.ascontiguousarray(x).reshape(-1)
     out = np.empty_like(flat)
     if flat.dtype == np.float32:

@@ -10,13 +10,13 @@ product takes the loop's other half at once (the same attention: 250 against
 500 us a layer).
 
 numba picks its threading layer the first time any parallel loop runs, oneTBB
-first where it can load it; MKL's loader (:mod:`eagerrt.ops._blas`) has loaded
+first where it can load it; MKL's loader (:mod:`eagerrt.backends.cpu.blas`) has loaded
 the wheel's ``libtbb`` by then. Where numba settled on another layer (someone
 ran a parallel loop earlier, or chose ``NUMBA_THREADING_LAYER``), the kernels
 keep their one-thread forms: two pools would fight over the cores again.
 
->>> from eagerrt.ops import _shared_pool
->>> _shared_pool.ready() in (True, False)
+>>> from eagerrt.backends.cpu import shared_pool
+>>> shared_pool.ready() in (True, False)
 True
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._core.config import config
-from .._core.forking import renew_after_fork
-from . import _blas
+from ..._core.config import config
+from ..._core.forking import renew_after_fork
+from . import blas
 
 __all__ = ["claim_threads", "pool_threads", "ready", "threads_for_call"]
 
@@ -62,7 +62,7 @@ def ready() -> bool:
     allowed (``config.num_threads``), MKL on oneTBB the backend (loaded here
     if it was not yet) and numba's loops on the same oneTBB."""
     global _on_tbb
-    if config.num_threads < 2 or _blas.gemm_address(np.dtype(np.float32)) is None:
+    if config.num_threads < 2 or blas.gemm_address(np.dtype(np.float32)) is None:
         return False
     if _on_tbb is None:
         with _lock:

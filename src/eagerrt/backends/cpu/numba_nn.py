@@ -1,9 +1,8 @@
 """numba kernels for the NN ops (convolution helpers, pooling, norms, attention).
 
-Imported by the kernels in :mod:`eagerrt.ops.nn` on first use, so this module's
-kernels load (from numba's cache, or compile) only when a model needs them;
-numba itself is loaded by ``import eagerrt`` (the pool kernels of
-``_pooled_linear`` and ``_shared_pool`` are numba code). Every kernel is
+The CPU backend's kernels (:mod:`eagerrt.backends.cpu`) call these; each
+compiles (or loads from numba's cache) on its first call, when a model needs
+it. Every kernel is
 ``nogil`` (workers overlap) and cached across processes. They write into arrays the caller allocates, so the callers
 choose layouts and block sizes.
 """
@@ -18,7 +17,7 @@ import numpy as np
 from numba import types
 from numba.core.extending import intrinsic, overload
 
-from ._native_gemm import NO_TRANS, TRANS, gemm
+from .native_gemm import NO_TRANS, TRANS, gemm
 
 __all__ = [
     "adaptive_avg_pool2d",

@@ -4,7 +4,7 @@ A numba kernel that runs many small products in a parallel loop (attention's
 two products per head) calls BLAS from inside the loop, on whichever worker
 runs the iteration. ctypes functions can be called from numba too, but their
 address becomes a constant of the compiled code, which numba then refuses to
-cache on disk; here the address is an argument (:func:`eagerrt.ops._blas.gemm_address`),
+cache on disk; here the address is an argument (:func:`eagerrt.ops.blas.gemm_address`),
 so the kernel compiles once per machine, not once per process.
 
 Row-major only; ``a`` as stored, ``b`` as stored or transposed. Pointers are

@@ -3,7 +3,7 @@
 ``x @ w.T`` then elementwise work on the result (the bias, an activation, a
 residual add) is cut into blocks of rows, one numba ``prange`` iteration each:
 the iteration computes its rows with MKL's gemm on its own core
-(:mod:`eagerrt.ops._native_gemm`) and runs the elementwise work on them at
+(:mod:`eagerrt.backends.cpu.native_gemm`) and runs the elementwise work on them at
 once, in that core's cache. No Python runs between the blocks, nor between
 the product and its epilogue, and the epilogue is split over the cores as the
 product is (measured MiniLM at batch 1, 128 x 384 -> 1536 with GELU: 590
@@ -21,8 +21,8 @@ nothing); graph mode's epilogue fusion generates one per fused epilogue
 each block. :class:`PooledLinear` sets either up once for a shape and runs it.
 
 >>> import numpy as np
->>> from eagerrt.ops import _pooled_linear
->>> blocks = _pooled_linear.row_blocks(4096, 2)
+>>> from eagerrt.backends.cpu import pooled_linear
+>>> blocks = pooled_linear.row_blocks(4096, 2)
 >>> len(blocks) - 1, blocks[1]
 (8, 512)
 """
@@ -37,9 +37,9 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._core.config import config
-from . import _blas
-from ._native_gemm import TRANS, gemm
+from ..._core.config import config
+from . import blas
+from .native_gemm import TRANS, gemm
 
 __all__ = [
     "PooledLinear",
@@ -177,8 +177,8 @@ def driver_source(ndim: int, by_rows: list[bool]) -> str:
     params = ", ".join(["address", "x2", "w", *names, "out", "blocks", "columns"])
     return "\n".join(
         [
-            f"# the product's kernels: eagerrt.ops._pooled_linear {digest}",
-            "from eagerrt.ops._pooled_linear import product_columns, product_rows",
+            f"# the product's kernels: eagerrt.backends.cpu.pooled_linear {digest}",
+            "from eagerrt.backends.cpu.pooled_linear import product_columns, product_rows",
             "",
             "",
             "@numba.njit(parallel=True, nogil=True, cache=True, error_model='numpy')",
@@ -221,18 +221,18 @@ class PooledLinear:
     runs on the calling thread alone, MKL held to it too."""
 
     def __init__(self, kernel: Any, m: int, n: int, k: int, dtype: np.dtype[Any]) -> None:
-        from . import _shared_pool
-        from .nn import _cores_taken
+        from . import shared_pool
+        from .threads import cores_taken
 
-        address = _blas.gemm_address(dtype)
+        address = blas.gemm_address(dtype)
         assert address is not None  # pooled_linear checked
         self.kernel = kernel
         self.address = address
         self.shape = (m, k)
-        self.threads = _shared_pool.pool_threads()
+        self.threads = shared_pool.pool_threads()
         # Looked up here, not on every call (Python is slow between kernels).
-        self.claim_threads = _shared_pool.claim_threads
-        self.cores_taken = _cores_taken
+        self.claim_threads = shared_pool.claim_threads
+        self.cores_taken = cores_taken
         self.blocks = np.array(row_blocks(m, self.threads), np.int64)
         self.no_bias = np.empty(0, dtype)  # linear_on_pool's bias where there is none
         # The one-thread form (other cores taken): one block, by rows.
@@ -254,24 +254,24 @@ class PooledLinear:
         if not alone:
             self.kernel(self.address, x2, w, *operands, out, self.blocks, self.columns)
             return True
-        saved = _blas.hold_to_one_thread()
+        saved = blas.hold_to_one_thread()
         try:
             self.kernel(self.address, x2, w, *operands, out, self.one_block, 0)
         finally:
-            _blas.release_thread_hold(saved)
+            blas.release_thread_hold(saved)
         return True
 
 
 def pool_applies(m: int, n: int, k: int, dtype: np.dtype[Any]) -> bool:
     """Whether a product of ``m`` rows of ``k`` into ``n`` columns of ``dtype``
     runs as a pool kernel: enough work, such a pool
-    (:func:`_shared_pool.ready`), a dtype MKL's gemm takes, and dimensions
+    (:func:`shared_pool.ready`), a dtype MKL's gemm takes, and dimensions
     within its 32-bit ints."""
-    from . import _shared_pool
+    from . import shared_pool
 
     if 2.0 * m * n * k < POOL_FLOPS or max(m, n, k) >= 1 << 31:
         return False
-    return _shared_pool.ready() and _blas.gemm_address(dtype) is not None
+    return shared_pool.ready() and blas.gemm_address(dtype) is not None
 
 
 def pooled_linear(kernel: Any, m: int, n: int, k: int, dtype: np.dtype[Any]) -> PooledLinear | None:

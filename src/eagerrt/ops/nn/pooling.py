@@ -1,0 +1,255 @@
+"""Pooling: ``max_pool2d``, ``avg_pool2d``, ``adaptive_avg_pool2d``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..._core.errors import ArgumentError
+from ...tensor import Tensor
+from ..registry import GENERIC, define_op
+from .common import (
+    RuleOut,
+    Shape,
+    float_dtype,
+    flop_cost,
+    ints,
+    spatial_input,
+)
+
+
+def _pool_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size (a window may not start in the right padding)."""
+    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+class PoolGeometry(NamedTuple):
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+    out_shape: Shape
+
+
+def pool_geometry(
+    what: str,
+    x: Any,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: bool,
+) -> PoolGeometry:
+    spatial_input(what, x)
+    float_dtype(what, x)
+    kh, kw = ints(kernel_size, 2, "kernel_size", 1)
+    sh, sw = (kh, kw) if stride is None or stride == () else ints(stride, 2, "stride", 1)
+    ph, pw = ints(padding, 2, "padding", 0)
+    dh, dw = ints(dilation, 2, "dilation", 1)
+    if 2 * ph > kh or 2 * pw > kw:
+        raise ArgumentError(f"padding {(ph, pw)} must be at most half the kernel size {(kh, kw)}")
+    h, w = x.shape[-2:]
+    ho = _pool_size(h, kh, sh, ph, dh, ceil_mode)
+    wo = _pool_size(w, kw, sw, pw, dw, ceil_mode)
+    if ho < 1 or wo < 1:
+        raise ValueError(f"{what}: input {h}x{w} is too small for the window (output {ho}x{wo})")
+    return PoolGeometry(kh, kw, sh, sw, ph, pw, dh, dw, (*x.shape[:-2], ho, wo))
+
+
+def _pool_cost(shape: Shape, dtype: np.dtype[Any], /, x: Tensor, **static: Any) -> float:
+    kh, kw = ints(static.get("kernel_size", 1), 2, "kernel_size", 1)
+    return flop_cost(0.0, math.prod(shape) * kh * kw * 2)
+
+
+def _max_pool2d_rule(
+    input: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> RuleOut:
+    geo = pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode)
+    return geo.out_shape, input.dtype
+
+
+def _pool_windows(x: Any, g: PoolGeometry, fill: float) -> tuple[Any, Any]:
+    """``x`` as (N*C, H, W) planes padded with ``fill`` (with room for
+    ceil_mode's last windows), and a function giving tap (i, j)'s strided view."""
+    planes = x.reshape(-1, *x.shape[-2:])
+    h, w = planes.shape[-2:]
+    ho, wo = g.out_shape[-2:]
+    bottom = max(0, (ho - 1) * g.sh + g.dh * (g.kh - 1) + 1 - h - g.ph)
+    right = max(0, (wo - 1) * g.sw + g.dw * (g.kw - 1) + 1 - w - g.pw)
+    padded = np.pad(planes, ((0, 0), (g.ph, bottom), (g.pw, right)), constant_values=fill)
+
+    def tap(i: int, j: int, source: Any = padded) -> Any:
+        top, left = i * g.dh, j * g.dw
+        return source[
+            ..., top : top + (ho - 1) * g.sh + 1 : g.sh, left : left + (wo - 1) * g.sw + 1 : g.sw
+        ]
+
+    return padded, tap
+
+
+def _max_pool2d_generic(
+    x: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> Any:
+    """The largest of each window, over strided views of the input padded with -inf."""
+    g = pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    _, tap = _pool_windows(x, g, -np.inf)
+    out = tap(0, 0)
+    for i in range(g.kh):
+        for j in range(g.kw):
+            if i or j:
+                out = np.maximum(out, tap(i, j))
+    return out.reshape(g.out_shape)
+
+
+max_pool2d = define_op(
+    "max_pool2d",
+    _max_pool2d_rule,
+    cost=_pool_cost,
+    operands=1,
+    doc="""2-d max pooling, as ``torch.nn.functional.max_pool2d`` (no ``return_indices``).
+
+    >>> import eagerrt as ert
+    >>> x = ert.arange(16.0).reshape(1, 1, 4, 4)
+    >>> ert.max_pool2d(x, 2).numpy()
+    array([[[[ 5.,  7.],
+             [13., 15.]]]])
+    """,
+)
+max_pool2d.register_kernel(GENERIC, _max_pool2d_generic)
+
+
+def _avg_pool2d_rule(
+    input: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> RuleOut:
+    if divisor_override is not None and (
+        isinstance(divisor_override, bool)
+        or not isinstance(divisor_override, (int, np.integer))
+        or divisor_override < 1
+    ):
+        raise ArgumentError(f"divisor_override must be a positive int, got {divisor_override!r}")
+    geo = pool_geometry("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode)
+    return geo.out_shape, input.dtype
+
+
+def _avg_pool2d_generic(
+    x: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Any:
+    """Window sums over strided views of the zero-padded input, each divided by
+    its window's count: positions inside the input, and inside the padding with
+    ``count_include_pad`` (never those past it that ceil_mode adds), as PyTorch."""
+    g = pool_geometry("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
+    padded, tap = _pool_windows(x, g, 0.0)
+    h, w = x.shape[-2:]
+    counted = np.zeros(padded.shape[-2:], x.dtype)
+    if count_include_pad:
+        counted[: h + 2 * g.ph, : w + 2 * g.pw] = 1
+    else:
+        counted[g.ph : g.ph + h, g.pw : g.pw + w] = 1
+    total = tap(0, 0)
+    count = tap(0, 0, counted)
+    for i in range(g.kh):
+        for j in range(g.kw):
+            if i or j:
+                total = total + tap(i, j)
+                count = count + tap(i, j, counted)
+    divisor = count if divisor_override is None else x.dtype.type(divisor_override)
+    return (total / divisor).astype(x.dtype, copy=False).reshape(g.out_shape)
+
+
+avg_pool2d = define_op(
+    "avg_pool2d",
+    _avg_pool2d_rule,
+    cost=_pool_cost,
+    operands=1,
+    doc="""2-d average pooling, as ``torch.nn.functional.avg_pool2d``
+    (``count_include_pad=True`` by default, as there).
+
+    >>> import eagerrt as ert
+    >>> x = ert.ones((1, 1, 3, 3))
+    >>> ert.avg_pool2d(x, 2, padding=1).numpy()[0, 0]
+    array([[0.25, 0.5 ],
+           [0.5 , 1.  ]])
+    """,
+)
+avg_pool2d.register_kernel(GENERIC, _avg_pool2d_generic)
+
+
+def adaptive_size(x: Any, output_size: Any) -> tuple[int, int]:
+    if output_size is None or isinstance(output_size, (int, np.integer)):
+        pair: Any = (output_size, output_size)
+    else:
+        pair = tuple(output_size)
+    if len(pair) != 2:
+        raise ArgumentError(f"output_size must be an int or a pair, got {output_size!r}")
+    h, w = x.shape[-2:]
+    # None keeps that dimension's input size, as in PyTorch.
+    out = (h if pair[0] is None else pair[0], w if pair[1] is None else pair[1])
+    oh, ow = ints(out, 2, "output_size", 1)
+    return oh, ow
+
+
+def _adaptive_avg_pool2d_rule(input: Any, output_size: Any) -> RuleOut:
+    spatial_input("adaptive_avg_pool2d", input)
+    float_dtype("adaptive_avg_pool2d", input)
+    return (*input.shape[:-2], *adaptive_size(input, output_size)), input.dtype
+
+
+def _adaptive_avg_pool2d_generic(x: Any, output_size: Any) -> Any:
+    """The mean of each output cell's input region (rows floor(i*H/oh) up to
+    ceil((i+1)*H/oh), as PyTorch's), one slice each."""
+    oh, ow = adaptive_size(x, output_size)
+    h, w = x.shape[-2:]
+    rows = [(i * h // oh, -(-(i + 1) * h // oh)) for i in range(oh)]
+    cols = [(j * w // ow, -(-(j + 1) * w // ow)) for j in range(ow)]
+    cells = [
+        np.stack([x[..., r0:r1, c0:c1].mean(axis=(-2, -1)) for c0, c1 in cols], axis=-1)
+        for r0, r1 in rows
+    ]
+    return np.stack(cells, axis=-2).astype(x.dtype, copy=False)
+
+
+adaptive_avg_pool2d = define_op(
+    "adaptive_avg_pool2d",
+    _adaptive_avg_pool2d_rule,
+    cost=lambda shape, dtype, x, **_: flop_cost(0.0, 2.0 * x.size + math.prod(shape)),
+    operands=1,
+    doc="""Average pooling to a given output size, as
+    ``torch.nn.functional.adaptive_avg_pool2d`` (a None size keeps the input's).
+
+    >>> import eagerrt as ert
+    >>> ert.adaptive_avg_pool2d(ert.arange(16.0).reshape(1, 1, 4, 4), 1).numpy()
+    array([[[[7.5]]]])
+    """,
+)
+adaptive_avg_pool2d.register_kernel(GENERIC, _adaptive_avg_pool2d_generic)
