@@ -82,21 +82,16 @@ class PlanCompiler(Backend):
 
 
 _NONE = Backend()
-_loaded: dict[str, Backend] = {}
 
 
 def backend_for(device: Device) -> Backend:
     """``device``'s backend (its module imported on first use); the base
     :class:`Backend` for a device that names none."""
-    module = device.backend
-    if module is None:
+    if device.backend is None:
         return _NONE
-    backend = _loaded.get(module)
-    if backend is None:
-        backend = load_backend_module(module).backend
-        if not isinstance(backend, Backend):
-            raise TypeError(f"{module}.backend is {backend!r}, not an eagerrt Backend")
-        _loaded[module] = backend
+    backend = load_backend_module(device.backend).backend
+    if not isinstance(backend, Backend):
+        raise TypeError(f"{device.backend}.backend is {backend!r}, not an eagerrt Backend")
     return backend
 
 

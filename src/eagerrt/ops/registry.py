@@ -1134,8 +1134,9 @@ def registering_backend_kernels() -> Iterator[None]:
 
 
 def load_backend_module(module: str) -> Any:
-    """Import a device's backend module (once), its kernels registered as the
-    backend's own (see :func:`registering_backend_kernels`)."""
+    """Import a device's backend module (once: later calls return it from
+    ``sys.modules``), its kernels registered as the backend's own (see
+    :func:`registering_backend_kernels`)."""
     with registering_backend_kernels():
         loaded = importlib.import_module(module)
     _loaded_backends.add(module)

@@ -75,3 +75,27 @@ def flop_cost(flops: float, elements: float) -> float:
 def present(*tensors: Any) -> tuple[Any, ...]:
     """The given optional operands (None ones dropped) and which were given."""
     return tuple(t for t in tensors if t is not None)
+
+
+def padded_for_windows(x: Any, g: Any, rows: int, cols: int, fill: float = 0.0) -> Any:
+    """``x`` (..., H, W) padded by ``g``'s padding (a convolution's or a pooling's
+    geometry) at the top and left, and at
+        the bottom and right as far as ``rows`` x ``cols`` windows reach (ceil_mode's
+        last windows may reach past the padding), with ``fill``."""
+    h, w = x.shape[-2:]
+    bottom = max(0, (rows - 1) * g.sh + g.dh * (g.kh - 1) + 1 - h - g.ph)
+    right = max(0, (cols - 1) * g.sw + g.dw * (g.kw - 1) + 1 - w - g.pw)
+    widths = [(0, 0)] * (x.ndim - 2) + [(g.ph, bottom), (g.pw, right)]
+    return np.pad(x, widths, constant_values=fill)
+
+
+def window_taps(padded: Any, g: Any, rows: int, cols: int) -> list[Any]:
+    """Each tap (i, j) of ``g``'s window, in row-major order, as a strided view
+    of ``padded`` (..., H, W): ``rows`` x ``cols`` positions, every stride-th
+    from the dilated tap's offset."""
+    height, width = (rows - 1) * g.sh + 1, (cols - 1) * g.sw + 1
+    return [
+        padded[..., i * g.dh : i * g.dh + height : g.sh, j * g.dw : j * g.dw + width : g.sw]
+        for i in range(g.kh)
+        for j in range(g.kw)
+    ]

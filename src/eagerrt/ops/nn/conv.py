@@ -18,8 +18,10 @@ from .common import (
     float_dtype,
     flop_cost,
     ints,
+    padded_for_windows,
     present,
     spatial_input,
+    window_taps,
 )
 
 
@@ -120,15 +122,6 @@ def _conv2d_cost(
     return flop_cost(2.0 * math.prod(shape) * taps, math.prod(shape) / w.shape[0] * taps)
 
 
-def _windows(padded: Any, g: ConvGeometry, rows: int, cols: int, i: int, j: int) -> Any:
-    """Tap (i, j)'s view of a padded (N, C, H, W) array: ``rows`` x ``cols``
-    positions, every stride-th from the dilated tap's offset."""
-    top, left = i * g.dh, j * g.dw
-    return padded[
-        :, :, top : top + (rows - 1) * g.sh + 1 : g.sh, left : left + (cols - 1) * g.sw + 1 : g.sw
-    ]
-
-
 def _conv2d_generic(
     x: Any,
     weight: Any,
@@ -143,10 +136,7 @@ def _conv2d_generic(
     each tap's strided view of the padded input, one product per group."""
     g = conv_geometry(x, weight, bias, stride, padding, dilation, groups)
     x4 = batched(x)
-    bottom = max(0, (g.ho - 1) * g.sh + g.dh * (g.kh - 1) + 1 - g.h - g.ph)
-    right = max(0, (g.wo - 1) * g.sw + g.dw * (g.kw - 1) + 1 - g.w - g.pw)
-    padded = np.pad(x4, ((0, 0), (0, 0), (g.ph, bottom), (g.pw, right)))
-    taps = [_windows(padded, g, g.ho, g.wo, i, j) for i in range(g.kh) for j in range(g.kw)]
+    taps = window_taps(padded_for_windows(x4, g, g.ho, g.wo), g, g.ho, g.wo)
     cg = g.c // g.groups
     cols = np.stack(taps, axis=2).reshape(g.n, g.groups, cg * g.kh * g.kw, g.ho * g.wo)
     wmat = weight.reshape(g.groups, g.o // g.groups, cg * g.kh * g.kw)
@@ -284,13 +274,13 @@ def _conv_transpose2d_generic(
     cg, og = g.c // g.groups, g.o // g.groups
     wt = np.swapaxes(weight.reshape(g.groups, cg, og * g.kh * g.kw), 1, 2)
     xs = x4.reshape(g.n, g.groups, cg, g.h * g.w)
-    cols = np.matmul(wt[None], xs).reshape(g.n, g.o, g.kh, g.kw, g.h, g.w)
+    # Every tap's contribution, (N, O, kH*kW, H, W), taps in window_taps' order.
+    cols = np.matmul(wt[None], xs).reshape(g.n, g.o, g.kh * g.kw, g.h, g.w)
     full_h = max((g.h - 1) * g.sh + g.dh * (g.kh - 1) + 1, g.ph + g.ho)
     full_w = max((g.w - 1) * g.sw + g.dw * (g.kw - 1) + 1, g.pw + g.wo)
     full = np.zeros((g.n, g.o, full_h, full_w), x.dtype)
-    for i in range(g.kh):
-        for j in range(g.kw):
-            _windows(full, g, g.h, g.w, i, j)[...] += cols[:, :, i, j]
+    for k, tap in enumerate(window_taps(full, g, g.h, g.w)):
+        tap += cols[:, :, k]
     out = full[:, :, g.ph : g.ph + g.ho, g.pw : g.pw + g.wo]
     if bias is not None:
         out = out + bias.reshape(-1, 1, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -16,7 +17,9 @@ from .common import (
     float_dtype,
     flop_cost,
     ints,
+    padded_for_windows,
     spatial_input,
+    window_taps,
 )
 
 
@@ -82,23 +85,10 @@ def _max_pool2d_rule(
     return geo.out_shape, input.dtype
 
 
-def _pool_windows(x: Any, g: PoolGeometry, fill: float) -> tuple[Any, Any]:
-    """``x`` as (N*C, H, W) planes padded with ``fill`` (with room for
-    ceil_mode's last windows), and a function giving tap (i, j)'s strided view."""
-    planes = x.reshape(-1, *x.shape[-2:])
-    h, w = planes.shape[-2:]
-    ho, wo = g.out_shape[-2:]
-    bottom = max(0, (ho - 1) * g.sh + g.dh * (g.kh - 1) + 1 - h - g.ph)
-    right = max(0, (wo - 1) * g.sw + g.dw * (g.kw - 1) + 1 - w - g.pw)
-    padded = np.pad(planes, ((0, 0), (g.ph, bottom), (g.pw, right)), constant_values=fill)
-
-    def tap(i: int, j: int, source: Any = padded) -> Any:
-        top, left = i * g.dh, j * g.dw
-        return source[
-            ..., top : top + (ho - 1) * g.sh + 1 : g.sh, left : left + (wo - 1) * g.sw + 1 : g.sw
-        ]
-
-    return padded, tap
+def _planes(x: Any, g: PoolGeometry, fill: float) -> Any:
+    """``x`` as (N*C, H, W) planes, padded with ``fill`` for the windows."""
+    rows, cols = g.out_shape[-2:]
+    return padded_for_windows(x.reshape(-1, *x.shape[-2:]), g, rows, cols, fill)
 
 
 def _max_pool2d_generic(
@@ -111,13 +101,8 @@ def _max_pool2d_generic(
 ) -> Any:
     """The largest of each window, over strided views of the input padded with -inf."""
     g = pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
-    _, tap = _pool_windows(x, g, -np.inf)
-    out = tap(0, 0)
-    for i in range(g.kh):
-        for j in range(g.kw):
-            if i or j:
-                out = np.maximum(out, tap(i, j))
-    return out.reshape(g.out_shape)
+    taps = window_taps(_planes(x, g, -np.inf), g, *g.out_shape[-2:])
+    return functools.reduce(np.maximum, taps).reshape(g.out_shape)
 
 
 max_pool2d = define_op(
@@ -169,20 +154,15 @@ def _avg_pool2d_generic(
     its window's count: positions inside the input, and inside the padding with
     ``count_include_pad`` (never those past it that ceil_mode adds), as PyTorch."""
     g = pool_geometry("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
-    padded, tap = _pool_windows(x, g, 0.0)
+    padded = _planes(x, g, 0.0)
     h, w = x.shape[-2:]
     counted = np.zeros(padded.shape[-2:], x.dtype)
     if count_include_pad:
         counted[: h + 2 * g.ph, : w + 2 * g.pw] = 1
     else:
         counted[g.ph : g.ph + h, g.pw : g.pw + w] = 1
-    total = tap(0, 0)
-    count = tap(0, 0, counted)
-    for i in range(g.kh):
-        for j in range(g.kw):
-            if i or j:
-                total = total + tap(i, j)
-                count = count + tap(i, j, counted)
+    total = functools.reduce(np.add, window_taps(padded, g, *g.out_shape[-2:]))
+    count = functools.reduce(np.add, window_taps(counted, g, *g.out_shape[-2:]))
     divisor = count if divisor_override is None else x.dtype.type(divisor_override)
     return (total / divisor).astype(x.dtype, copy=False).reshape(g.out_shape)
 
