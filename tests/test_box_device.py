@@ -152,8 +152,9 @@ def test_the_cpu_device_stays_open() -> None:
 
 def test_a_closed_test_stream_device_is_made_anew_by_name() -> None:
     dev = ert.get_device("teststream:7")
+    np.testing.assert_array_equal(_on(dev, np.ones(2)).numpy(), [1.0, 1.0])  # streams running
     y = _on(dev, np.ones(2)) + 1
-    dev.close()
+    dev.close()  # stops the stream threads; reading y still works
     np.testing.assert_array_equal(y.numpy(), [2.0, 2.0])
     with pytest.raises(ert.DeviceError, match="is closed"):
         y * 2

@@ -64,6 +64,11 @@ class _ThreadStream:
         self.device = device
         self.name = name
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        #: Set once the thread has stopped (the device was shut down): every item
+        #: put before ran, so later ones (a download of a value made before the
+        #: close) run at once on the thread putting them, in order.
+        self.stopped = False
+        self._stop_lock = threading.Lock()
         self.rng = random.Random(seed)
         self.thread = threading.Thread(
             target=self._run, name=f"eagerrt-{device.name}-{name}", daemon=True
@@ -73,36 +78,53 @@ class _ThreadStream:
     def put(self, label: str | None, work: Callable[[], object], launch: Any = None) -> None:
         """Queue ``work``; a labelled item is a kernel or copy (delayed, timed),
         and reported to the profile that ``launch`` (profiling.launching()) names."""
-        self.queue.put((label, work, launch))
+        with self._stop_lock:
+            if not self.stopped:
+                self.queue.put((label, work, launch))
+                return
+        if threading.current_thread() is not self.thread:
+            self.thread.join()  # the items queued before the stop run first
+        self._run_item((label, work, launch))
 
     def _run(self) -> None:
-        device = self.device
         while True:
             item = self.queue.get()
             if item is _STOP:
-                return
-            label, work, launch = item
-            if label is not None and device.delay:
-                time.sleep(self.rng.uniform(0.0, device.delay))
-            start = time.perf_counter_ns()
-            try:
-                work()
-            except BaseException:  # an item must never kill its stream
-                _log.exception("eagerrt: work on %s raised", self.name)
-            if label is None:
-                continue
-            end = time.perf_counter_ns()
-            if device.timeline is not None:
-                device.timeline.append((self.name, label, start / 1e9, end / 1e9))
-            if launch is not None:  # its own track in ert.profile(), as its op's event
-                profiling.record(
-                    label,
-                    device=device.name,
-                    track=self.name,
-                    start_ns=start,
-                    end_ns=end,
-                    launch=launch,
-                )
+                with self._stop_lock:
+                    self.stopped = True
+                while True:  # what was put before the flag, in order
+                    try:
+                        item = self.queue.get_nowait()
+                    except queue.Empty:
+                        return
+                    if item is not _STOP:
+                        self._run_item(item)
+            self._run_item(item)
+
+    def _run_item(self, item: tuple[str | None, Callable[[], object], Any]) -> None:
+        device = self.device
+        label, work, launch = item
+        if label is not None and device.delay:
+            time.sleep(self.rng.uniform(0.0, device.delay))
+        start = time.perf_counter_ns()
+        try:
+            work()
+        except BaseException:  # an item must never kill its stream
+            _log.exception("eagerrt: work on %s raised", self.name)
+        if label is None:
+            return
+        end = time.perf_counter_ns()
+        if device.timeline is not None:
+            device.timeline.append((self.name, label, start / 1e9, end / 1e9))
+        if launch is not None:  # its own track in ert.profile(), as its op's event
+            profiling.record(
+                label,
+                device=device.name,
+                track=self.name,
+                start_ns=start,
+                end_ns=end,
+                launch=launch,
+            )
 
 
 class _Cell:
@@ -114,6 +136,31 @@ class _Cell:
     def __init__(self, raw: np.ndarray) -> None:
         self.raw = raw
         self.failure: Failure | None = None
+
+
+def _arrays(operands: list[Any]) -> list[Any] | Failure:
+    """What stream-side work computes on: each operand's memory (a value's
+    ``raw`` view, a Python scalar as it is), or the first failed value's failure."""
+    arrays = []
+    for a in operands:
+        if type(a) is _Cell:
+            if a.failure is not None:
+                return a.failure
+            a = a.raw
+        arrays.append(a)
+    return arrays
+
+
+def _write(cell: _Cell, result: Any, what: str) -> None:
+    """Copy a kernel's result into ``cell``'s memory, allocated at enqueue for
+    the shape and dtype the result must have."""
+    result = np.asarray(result)
+    if result.shape != cell.raw.shape or result.dtype != cell.raw.dtype:
+        raise RuntimeError(
+            f"{what} gave {result.dtype}{list(result.shape)}, "
+            f"expected {cell.raw.dtype}{list(cell.raw.shape)}"
+        )
+    np.copyto(cell.raw, result)
 
 
 class _ThreadPlan:
@@ -313,22 +360,12 @@ class ThreadStreamDevice(StreamDevice):
         site = user_line()
 
         def work() -> None:
-            arrays = []
-            for a in operands:
-                if type(a) is _Cell:
-                    if a.failure is not None:
-                        out.failure = a.failure
-                        return
-                    a = a.raw
-                arrays.append(a)
+            arrays = _arrays(operands)
+            if isinstance(arrays, Failure):
+                out.failure = arrays
+                return
             try:
-                result = np.asarray(kernel(*arrays, **static))
-                if result.shape != shape or result.dtype != dtype:
-                    raise RuntimeError(
-                        f"kernel of {name!r} gave {result.dtype}{list(result.shape)}, "
-                        f"expected {dtype}{list(shape)}"
-                    )
-                np.copyto(out.raw, result)
+                _write(out, kernel(*arrays, **static), f"kernel of {name!r}")
             except Exception as exc:
                 out.failure = Failure(name, site, exc)
 
@@ -365,22 +402,12 @@ class ThreadStreamDevice(StreamDevice):
                 cell.failure = failure
 
         def work() -> None:
-            arrays = []
-            for a in operands:
-                if type(a) is _Cell:
-                    if a.failure is not None:
-                        return fail(a.failure)
-                    a = a.raw
-                arrays.append(a)
+            arrays = _arrays(operands)
+            if isinstance(arrays, Failure):
+                return fail(arrays)
             try:
                 for cell, result in zip(cells, runner.run(arrays), strict=True):
-                    result = np.asarray(result)
-                    if result.shape != cell.raw.shape or result.dtype != cell.raw.dtype:
-                        raise RuntimeError(
-                            f"a compiled plan gave {result.dtype}{list(result.shape)}, "
-                            f"expected {cell.raw.dtype}{list(cell.raw.shape)}"
-                        )
-                    np.copyto(cell.raw, result)
+                    _write(cell, result, "a compiled plan")
             except Exception as exc:
                 fail(Failure("function", site, exc))
 
@@ -427,7 +454,8 @@ class ThreadStreamDevice(StreamDevice):
 
     def shutdown(self) -> None:
         """Stop the stream threads once their queued work is done (``ert.synchronize()``
-        no longer waits for this device: nothing would run what it enqueues)."""
+        no longer waits for this device). Work put on a stopped stream later (reading
+        a value made before) runs at once on the thread asking for it."""
         _stream_devices.discard(self)
         for stream in self._threads:
             stream.queue.put(_STOP)
