@@ -70,6 +70,32 @@ def test_ops_without_a_kernel_run_on_the_host_counted(box: BoxDevice) -> None:
     assert box.downloads >= before + 2 and type(s._native()) is Box
 
 
+def test_writes_run_the_devices_own_write_kernels(box: BoxDevice) -> None:
+    t = _on(box, np.zeros(5))
+    t[1] = 5.0
+    t[[2, 3]] = _on(box, np.array([7.0, 8.0]))  # the index list becomes a box tensor
+    t[t > 7.5] = 9.0
+    t += 1
+    np.testing.assert_array_equal(_host(t), [1.0, 6.0, 8.0, 10.0, 1.0])
+    assert type(t._native()) is Box
+    assert not {"setitem", "assign"} & set(box.host_fallbacks)
+
+
+def test_a_device_without_write_kernels_writes_on_the_host_counted(
+    box: BoxDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setitem = ert.get_op("setitem")
+    monkeypatch.delitem(setitem.kernels, "box")
+    t = _on(box, np.zeros(3))
+    t[0] = 2.0
+    np.testing.assert_array_equal(_host(t), [2.0, 0.0, 0.0])
+    assert box.host_fallbacks["setitem"] == 1
+    monkeypatch.setattr(box, "host_fallback", False)
+    with pytest.raises(ert.DeviceError, match=r"no kernel for device 'box'") as info:
+        t[1] = 3.0
+    assert __file__ in str(info.value)
+
+
 def test_a_device_without_host_fallback_says_no_kernel_at_the_users_line(
     box: BoxDevice, monkeypatch: pytest.MonkeyPatch
 ) -> None:

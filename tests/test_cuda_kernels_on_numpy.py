@@ -135,7 +135,17 @@ def test_linear(shape: tuple[int, ...]) -> None:
 
 
 @pytest.mark.parametrize(
-    "case", ["plain", "causal", "bool mask", "float mask", "masked row", "gqa", "scale"]
+    "case",
+    [
+        "plain",
+        "causal",
+        "causal, more keys",
+        "bool mask",
+        "float mask",
+        "masked row",
+        "gqa",
+        "scale",
+    ],
 )
 def test_attention(case: str) -> None:
     q, k, v = _normal(2, 4, 5, 8), _normal(2, 4, 7, 8), _normal(2, 4, 7, 3)
@@ -143,6 +153,8 @@ def test_attention(case: str) -> None:
     mask = None
     if case == "causal":
         k, v = _normal(2, 4, 5, 8), _normal(2, 4, 5, 3)
+        kw["is_causal"] = True
+    elif case == "causal, more keys":  # L != S: query i sees keys 0..i, as PyTorch's
         kw["is_causal"] = True
     elif case == "bool mask":
         mask = RNG.random((2, 1, 5, 7)) > 0.3
@@ -161,6 +173,23 @@ def test_attention(case: str) -> None:
     _close(got, expected)
     if case == "masked row":
         assert not np.asarray(got)[:, :, 2].any()
+
+
+class _NotNumpy:
+    """numpy under another name: what the GPU path of a kernel sees as ``xp``
+    (CuPy), to run that path's Python on the CPU."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(np, name)
+
+
+def test_row_kernel_paths_fall_back_to_expressions_for_arrays_they_dont_take() -> None:
+    scores = _normal(3, 5)
+    expected = ert.softmax(ert.asarray(scores), axis=-1).numpy()
+    _close(_cuda_nn._softmax_last(_NotNumpy(), scores.copy()), expected)
+    x, w, b = _normal(4, 6), _normal(6), _normal(6)
+    expected = ert.layer_norm(ert.asarray(x), (6,), ert.asarray(w), ert.asarray(b)).numpy()
+    _close(_cuda_nn._normalize_rows(_NotNumpy(), x, 1e-5, w, b), expected)
 
 
 @pytest.mark.parametrize("affine", [(True, True), (True, False), (False, False)])

@@ -20,25 +20,30 @@ import math
 from typing import Any
 
 from . import devices, einops_backend, fft, graph, linalg, lowlevel, pipeline, serving, weights
-from ._core.config import Config, config, sync_mode
-from ._core.deterministic import deterministic
-from ._core.errors import (
+from ._core import (
     ArgumentError,
     BatchError,
+    Config,
     DeviceError,
     DTypeError,
     EagerError,
+    EagerErrorGroup,
     KernelError,
     OutOfBoundsError,
     PipelineError,
     ShapeError,
+    Stats,
     TracingError,
     UsageError,
     ValueRangeError,
     WaitTimeoutError,
     WeightsError,
+    config,
+    deterministic,
+    stats,
+    sync_mode,
+    synchronize,
 )
-from ._core.scheduler import EagerErrorGroup, Stats, stats, synchronize
 from .calibrate import calibrate
 from .devices import Device, get_device, register_device
 from .dtypes import *  # noqa: F403 - the Array API's dtypes and dtype functions

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._core.config import config
+from ._core import config
 from .devices import cpu
 
 __all__ = ["calibrate"]

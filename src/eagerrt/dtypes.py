@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ._core.errors import DTypeError
+from ._core import DTypeError
 from .tensor import Tensor
 
 __all__ = [

@@ -10,18 +10,22 @@
 
 from __future__ import annotations
 
-from ._core.async_value import (
+from ._core import (
     MAX_INLINE_DEPTH,
     AsyncValue,
     AsyncValueStateError,
+    DeterministicRun,
+    Executor,
     IndirectAsyncValue,
+    Task,
+    WorkerPool,
     live_async_values,
+    register_executor,
     run_when_ready,
+    schedule,
+    wait_async,
 )
-from ._core.bridge import wait_async
-from ._core.deterministic import DeterministicRun
-from ._core.scheduler import Executor, Task, register_executor, schedule
-from ._core.workers import WorkerPool
+from .ops.indexing import fill_index
 
 __all__ = [
     "MAX_INLINE_DEPTH",
@@ -32,6 +36,7 @@ __all__ = [
     "IndirectAsyncValue",
     "Task",
     "WorkerPool",
+    "fill_index",
     "live_async_values",
     "register_executor",
     "run_when_ready",

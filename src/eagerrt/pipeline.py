@@ -49,14 +49,13 @@ from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Generic, NoReturn, TypeVar, final
+from typing import Any, Generic, NoReturn, TypedDict, TypeVar, Unpack, final
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 
-from ._core.bridge import Available
-from ._core.errors import ArgumentError, PipelineError, UsageError
+from ._core import ArgumentError, Available, PipelineError, UsageError
 from .tensor import Tensor
 
 __all__ = ["PipelineError", "Results", "Stage", "StageStatistics", "map", "nbytes"]
@@ -152,6 +151,18 @@ def map(
     )
 
 
+class _Options(TypedDict, total=False):
+    """:func:`map`'s keyword options, which :meth:`Stage.map` passes on."""
+
+    concurrency: int
+    max_bytes: int | None
+    size: Callable[[Any], int]
+    ordered: bool
+    thread: bool
+    progress: bool | str
+    name: str | None
+
+
 @final
 class Stage(Generic[R]):
     """A function mapped over a source, not yet running (made by :func:`map`).
@@ -204,30 +215,10 @@ class Stage(Generic[R]):
     def __repr__(self) -> str:
         return f"<ert.pipeline.Stage {self.name!r} concurrency={self.concurrency}>"
 
-    def map(
-        self,
-        fn: Callable[[R], Any],
-        *,
-        concurrency: int = 4,
-        max_bytes: int | None = None,
-        size: Callable[[Any], int] = nbytes,
-        ordered: bool = True,
-        thread: bool = False,
-        progress: bool | str = False,
-        name: str | None = None,
-    ) -> Stage[Any]:
-        """Chain a stage that applies ``fn`` to this stage's results (see :func:`map`)."""
-        return map(
-            fn,
-            self,
-            concurrency=concurrency,
-            max_bytes=max_bytes,
-            size=size,
-            ordered=ordered,
-            thread=thread,
-            progress=progress,
-            name=name,
-        )
+    def map(self, fn: Callable[[R], Any], **options: Unpack[_Options]) -> Stage[Any]:
+        """Chain a stage that applies ``fn`` to this stage's results; ``options``
+        are :func:`map`'s, with its defaults."""
+        return map(fn, self, **options)
 
     async def __aenter__(self) -> Results[R]:
         if self._open is not None:

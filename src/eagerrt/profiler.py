@@ -35,10 +35,7 @@ import time
 from types import TracebackType
 from typing import Any, final
 
-from ._core import profiling
-from ._core.async_value import AsyncValue, _trampoline
-from ._core.errors import UsageError
-from ._core.profiling import Event
+from ._core import AsyncValue, Event, UsageError, on_worker_thread, profiling
 from .ops import registry
 
 __all__ = ["Event", "Profile", "profile"]
@@ -80,7 +77,7 @@ class Profile(profiling.Recording):
         profiling.stop(self)
         # Let the ops called inside finish, unless leaving on an error or from
         # inside a kernel (where waiting could wait for that kernel itself).
-        if kind is None and _trampoline.help is None:
+        if kind is None and not on_worker_thread():
             for value in self.in_flight():
                 AsyncValue.wait(value)
         self.end_ns = time.perf_counter_ns()

@@ -56,7 +56,7 @@ import anyio
 import anyio.abc
 import numpy as np
 
-from ._core.errors import ArgumentError, BatchError, UsageError
+from ._core import ArgumentError, BatchError, UsageError
 from .ops.creation import asarray
 from .ops.manipulation import stack
 from .pipeline import resolve

@@ -12,41 +12,34 @@ Arithmetic operators and methods such as ``t.sum()`` are installed by
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import html
 import math
 import threading
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core.async_value import (
+from ._core import (
     ERROR,
     PENDING,
     READY,
-    AsyncValue,
-    _run_continuation,
-    _run_waiters,
-    _transition_lock,
-)
-from ._core.bridge import wait_async
-from ._core.errors import (
     DTypeError,
     Failure,
     KernelError,
     ShapeError,
     UsageError,
+    VersionedValue,
     WaitTimeoutError,
+    renew_after_fork,
+    wait_async,
 )
-from ._core.forking import renew_after_fork
-from ._core.scheduler import Task, _outstanding, _parked_counter
 
 if TYPE_CHECKING:
     from .devices.base import Device
 
-__all__ = ["TRACED", "Operand", "Tensor"]
+__all__ = ["TRACED", "Operand", "Shaped", "Tensor"]
 
 #: A fourth state, beside the AsyncValue's pending/ready/error: a symbolic
 #: tensor made while ``ert.function`` traces; its ``_value`` is the graph value
@@ -73,7 +66,28 @@ _NO_LOCK = contextlib.nullcontext()
 renew_after_fork(__name__, "_host_locks", lambda: tuple(threading.Lock() for _ in range(16)))
 
 
-class Tensor(AsyncValue):
+class Shaped:
+    """``ndim``, ``size`` and ``nbytes`` of anything with a ``shape`` and a
+    ``dtype`` (a tensor, a traced graph's value)."""
+
+    __slots__ = ()
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+
+class Tensor(VersionedValue, Shaped):
     """The result of an eagerrt op: metadata now, data when ready.
 
     >>> import eagerrt as ert
@@ -85,41 +99,24 @@ class Tensor(AsyncValue):
            [2., 2., 2.]], dtype=float32)
     """
 
-    # Born-ready tensors (the fast path) leave ``_waiters``, ``_host``,
-    # ``_holds`` and ``_readers`` unset: none is read before it is written (each
-    # is probed with getattr/try), and every assignment saved matters on the
-    # hottest line.
-    #
-    # Writes (``t[i] = v``, ``t += 1``) give a tensor new values over time, in
-    # versions ordered like MXNet's read/write dependencies (see
-    # ``eagerrt.ops.writes``): ``_readers`` holds the slow-path tasks still to
-    # read the current version; ``_holds`` queues, for each write not yet done,
-    # a stand-in value that completes when the version before it does, so the
-    # readers of that version wake then while readers after the write wait on.
+    # Born-ready tensors (the fast path) leave ``_waiters`` and the version
+    # slots (``_holds``, ``_host``, ``_readers``: see ``_core/versions.py``)
+    # unset: none is read before it is written (each is probed with
+    # getattr/try), and every assignment saved matters on the hottest line.
+    # Writes (``t[i] = v``, ``t += 1``, ``eagerrt.ops.writes``) give a tensor
+    # new versions over time.
     #
     # A basic-index view (``t[0]``, ``t[1:3]``) keeps ``_view_of``: (its base,
     # the index, the base's ``_writes`` when the view last matched it), so that
     # a write through the view also writes its base; ``_writes`` counts a
     # tensor's writes. Both unset on other tensors.
-    __slots__ = (
-        "_holds",
-        "_host",
-        "_op",
-        "_readers",
-        "_view_of",
-        "_writes",
-        "device",
-        "dtype",
-        "shape",
-    )
+    __slots__ = ("_op", "_view_of", "_writes", "device", "dtype", "shape")
 
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
     device: Device
     _op: str
     _host: np.ndarray
-    _holds: collections.deque[AsyncValue]
-    _readers: set[Any]
     _view_of: tuple[Tensor, Any, int]
     _writes: int
 
@@ -148,97 +145,22 @@ class Tensor(AsyncValue):
 
     @classmethod
     def _pending(
-        cls,
-        shape: tuple[int, ...],
-        dtype: np.dtype[Any],
-        device: Device,
-        op: str,
+        cls, shape: tuple[int, ...], dtype: np.dtype[Any], device: Device, op: str
     ) -> Tensor:
-        t = _new(cls)
+        t = cls._ready(None, shape, dtype, device, op)
         t._state = PENDING
-        t._value = None
         t._waiters = None
-        t.shape = shape
-        t.dtype = dtype
-        t.device = device
-        t._op = op
         return t
 
     @classmethod
     def _failed(
         cls, failure: Failure, shape: tuple[int, ...], dtype: np.dtype[Any], device: Device, op: str
     ) -> Tensor:
-        t = _new(cls)
+        t = cls._ready(failure, shape, dtype, device, op)
         t._state = ERROR
-        t._value = failure
-        t.shape = shape
-        t.dtype = dtype
-        t.device = device
-        t._op = op
         return t
 
-    # -- versions (writes) ---------------------------------------------------
-    def _complete(self, state: int, value: Any) -> None:
-        """Complete the current version: the last one makes the tensor available;
-        an earlier one (a write is queued behind it) only wakes its own readers."""
-        # Decide and settle under one hold of the lock: a write queued between
-        # the two (on another thread) would otherwise leave its hold behind,
-        # never completed, and the tensor ready without that write.
-        with _transition_lock:
-            holds: collections.deque[AsyncValue] | None = getattr(self, "_holds", None)
-            if holds and state == READY and self._state == PENDING:
-                hold = holds.popleft()
-                self._value = value  # the tensor stays pending: a write follows
-            else:
-                hold = None
-                waiters = self._settle_locked(state, value)
-                # A failure fails every later version too: writes can't mend it.
-                failed = list(holds) if holds else ()
-                if holds:
-                    holds.clear()
-            # After the new version is in: a reader caching the old one on
-            # another thread checks the version after caching (_host_value).
-            self._forget_host()
-        if hold is not None:
-            hold._complete(READY, value)
-            return
-        if waiters is not None:
-            _run_waiters(waiters)
-        for later in failed:
-            later._complete(state, value)
-
-    def _forget_host(self) -> None:
-        with contextlib.suppress(AttributeError):
-            del self._host
-
-    def _track_reader(self, reader: Any) -> None:
-        """Note a queued task that will read this tensor's current version."""
-        try:
-            self._readers.add(reader)
-        except AttributeError:
-            with _transition_lock:  # two threads' first readers: one set, both in it
-                try:
-                    self._readers.add(reader)
-                except AttributeError:
-                    self._readers = {reader}
-
-    def _untrack_reader(self, reader: Any) -> None:
-        with contextlib.suppress(AttributeError):
-            self._readers.discard(reader)
-
     # -- metadata ------------------------------------------------------------
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
     @property
     def op(self) -> str:
         """The name of the op that produced this tensor."""
@@ -536,14 +458,9 @@ class Tensor(AsyncValue):
             ddof: float = 0,
             keepdims: bool = False,
         ) -> Tensor: ...
-        def std(
-            self,
-            axis: Any = None,
-            dtype: Any = None,
-            out: None = None,
-            ddof: float = 0,
-            keepdims: bool = False,
-        ) -> Tensor: ...
+
+        std = var
+
         def max(self, axis: Any = None, out: None = None, keepdims: bool = False) -> Tensor: ...
         def min(self, axis: Any = None, out: None = None, keepdims: bool = False) -> Tensor: ...
         def argmax(
@@ -639,53 +556,3 @@ class Tensor(AsyncValue):
         if spec and self.size == 1:
             return format(self.item(), spec)
         return str(self) if not spec else format(str(self), spec)
-
-
-def schedule_read(task: Task, args: Iterable[Any]) -> None:
-    """Schedule ``task``, which reads the tensors among ``args``: note it as a
-    reader of each (a later write waits for it) and park it on those pending.
-
-    Both in one hold of the transition lock, the lock a write holds when it
-    moves a pending tensor's parked readers to a hold on the version it
-    replaces. Done apart, a write issued on another thread in between would
-    count the task as a reader of the version it replaces (and wait for it)
-    while the task parked after it, on the write's own version (waiting for
-    the write): neither would ever run. Callers with no pending input note
-    their reads with ``_track_reader`` instead, with no lock: they park on
-    nothing, so a write that comes between can't close a cycle.
-    """
-    result = task.result
-    _outstanding[id(result)] = result  # before it can run: the run removes it
-    callback: Any = task
-    with _transition_lock:
-        pending = []
-        for a in args:
-            if type(a) is Tensor:
-                try:
-                    a._readers.add(task)
-                except AttributeError:
-                    a._readers = {task}
-                if a._state == PENDING:
-                    pending.append(a)
-        if len(pending) > 1:  # the last input to complete runs it
-            remaining = len(pending)
-
-            def one_ready() -> None:
-                nonlocal remaining
-                with _transition_lock:
-                    remaining -= 1
-                    last = remaining == 0
-                if last:
-                    task()
-
-            callback = one_ready
-        for a in pending:
-            waiters = a._waiters
-            if waiters is None:
-                a._waiters = [callback]
-            else:
-                waiters.append(callback)
-    if pending:
-        next(_parked_counter)
-    else:  # every input completed meanwhile
-        _run_continuation(task)

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ._core.errors import WeightsError
+from ._core import WeightsError
+from .tensor import Tensor
 
 __all__ = ["WeightsError", "expect", "load_safetensors", "rename", "save_safetensors"]
 
@@ -241,8 +242,6 @@ def save_safetensors(
 
 
 def _host_array(value: Any) -> np.ndarray:
-    from .tensor import Tensor
-
     if isinstance(value, Tensor):
         return np.asarray(value.numpy())
     return np.asarray(value)

@@ -19,10 +19,18 @@ import numpy as np
 
 import eagerrt as ert
 from eagerrt.graph.backend import PlanCompiler
+from eagerrt.lowlevel import fill_index
 
 from . import Box
 
 __all__ = ["BOX_OPS", "backend"]
+
+
+def _setitem(old: np.ndarray, value: Any, *index: np.ndarray, template: Any) -> np.ndarray:
+    new = old.copy()  # the next version: the old one may still be read
+    new[fill_index(template, index)] = value
+    return new
+
 
 #: The ops with a box kernel: the device's own, here numpy's on the boxed arrays.
 BOX_OPS = {
@@ -36,6 +44,9 @@ BOX_OPS = {
     "matmul": np.matmul,
     "linear": lambda x, w, b=None: x @ w.T if b is None else x @ w.T + b,
     "sum": np.sum,
+    # Writes: t[index] = value, and t += x's new version in t's dtype.
+    "setitem": _setitem,
+    "assign": lambda old, value: value.astype(old.dtype, copy=False),
 }
 
 

@@ -44,6 +44,8 @@ __all__ = [
     "AsyncValueStateError",
     "IndirectAsyncValue",
     "live_async_values",
+    "on_worker_thread",
+    "run_continuation",
     "run_when_ready",
 ]
 
@@ -84,7 +86,14 @@ class _Trampoline(threading.local):
 _trampoline = _Trampoline()
 
 
-def _run_continuation(callback: Callable[[], object]) -> None:
+def on_worker_thread() -> bool:
+    """True on a worker thread of one of eagerrt's pools: there a blocking wait
+    runs the pool's queued work, and waiting for work the thread itself is
+    running would never end."""
+    return _trampoline.help is not None
+
+
+def run_continuation(callback: Callable[[], object]) -> None:
     """Run ``callback`` now, or queue it if this thread is nested too deeply."""
     tramp = _trampoline
     depth = tramp.depth
@@ -161,17 +170,18 @@ class AsyncValue:
     @classmethod
     def ready(cls, value: Any) -> AsyncValue:
         """A value that is ready from birth."""
-        av = cls()
-        av._state = READY
-        av._value = value
-        return av
+        return cls._born(READY, value)
 
     @classmethod
     def failed(cls, error: BaseException) -> AsyncValue:
         """A value that is an error from birth."""
+        return cls._born(ERROR, error)
+
+    @classmethod
+    def _born(cls, state: int, value: Any) -> AsyncValue:
         av = cls()
-        av._state = ERROR
-        av._value = error
+        av._state = state
+        av._value = value
         return av
 
     # -- state ---------------------------------------------------------------
@@ -242,7 +252,7 @@ class AsyncValue:
                     else:
                         waiters.append(callback)
                     return
-        _run_continuation(callback)
+        run_continuation(callback)
 
     def _discard_waiter(self, callback: Callable[[], object]) -> None:
         """Forget a continuation that is no longer wanted (its awaiter was cancelled)."""
@@ -344,7 +354,7 @@ def run_when_ready(values: Iterable[AsyncValue], callback: Callable[[], object])
     """
     pending = [v for v in values if v._state == PENDING]
     if not pending:
-        _run_continuation(callback)
+        run_continuation(callback)
         return
     if len(pending) == 1:
         pending[0].and_then(callback)

@@ -23,7 +23,7 @@ from collections.abc import Generator
 from typing import Any
 
 from .async_value import AsyncValue
-from .config import config
+from .deterministic import open_run
 from .errors import UsageError
 
 __all__ = ["Available", "wait_async"]
@@ -86,7 +86,7 @@ def _wait_asyncio(value: AsyncValue, loop: asyncio.AbstractEventLoop) -> Generat
             loop.call_soon_threadsafe(wake)
 
     value.and_then(on_available)
-    run = config._deterministic
+    run = open_run()
     if run is not None:  # nothing runs by itself: this loop runs the queued work
         run.drive(loop.call_soon, lambda: not future.done())
     try:
@@ -123,7 +123,7 @@ async def _wait_trio(value: AsyncValue, trio: Any) -> None:
         return lowlevel.Abort.SUCCEEDED
 
     value.and_then(on_available)
-    run = config._deterministic
+    run = open_run()
     if run is not None:
         run.drive(token.run_sync_soon, lambda: state["waiting"])
     await lowlevel.wait_task_rescheduled(abort)

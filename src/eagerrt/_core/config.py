@@ -14,12 +14,8 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
 
 from .forking import renew_after_fork
-
-if TYPE_CHECKING:
-    from .deterministic import DeterministicRun
 
 __all__ = ["Config", "config", "sync_mode"]
 
@@ -97,8 +93,9 @@ class Config:
     def __post_init__(self) -> None:
         self._listeners: list[Callable[[], None]] = []
         self._sync_scopes = 0  # open sync_mode() blocks
-        #: The open ``deterministic()`` block's run queue (see ``_core/deterministic.py``).
-        self._deterministic: DeterministicRun | None = None
+        #: Set while a ``deterministic()`` block is open (``_core/deterministic.py``,
+        #: which owns the block's run): every op is queued, none runs inline.
+        self._queue_every_op = False
         # Reentrant: __setattr__ and _enter_sync_scope both recompute under it.
         self._scope_lock = threading.RLock()
         self._update_limit()
@@ -107,18 +104,18 @@ class Config:
     def sync_active(self) -> bool:
         """True while ``sync`` is set or any ``sync_mode()`` block is open, and
         no ``deterministic()`` block is (that mode queues every op instead)."""
-        return (self.sync or self._sync_scopes > 0) and self._deterministic is None
+        return (self.sync or self._sync_scopes > 0) and not self._queue_every_op
 
     @property
     def deterministic_active(self) -> bool:
         """True inside an ``eagerrt.deterministic()`` block."""
-        return self._deterministic is not None
+        return self._queue_every_op
 
     def _update_limit(self) -> None:
         # The one number the fast path compares a cost with (derived, not a
         # setting): sync mode inlines everything, deterministic mode nothing.
         with self._scope_lock:
-            if self._deterministic is not None:
+            if self._queue_every_op:
                 limit = float("-inf")
             elif self.sync_active:
                 limit = float("inf")
@@ -126,9 +123,9 @@ class Config:
                 limit = self.inline_threshold_ns
             object.__setattr__(self, "inline_limit_ns", limit)
 
-    def _set_deterministic(self, queue: DeterministicRun | None) -> None:
+    def _set_queue_every_op(self, on: bool) -> None:
         with self._scope_lock:
-            self._deterministic = queue
+            self._queue_every_op = on
             self._update_limit()
 
     def _enter_sync_scope(self, delta: int) -> None:

@@ -35,14 +35,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from . import async_value
+from . import async_value, scheduler
 from .async_value import PENDING, AsyncValue, _drain, _trampoline
 from .config import config
 from .errors import ArgumentError, UsageError
 from .forking import renew_after_fork
 from .scheduler import Task, _outstanding
 
-__all__ = ["DeterministicRun", "deterministic"]
+__all__ = ["DeterministicRun", "deterministic", "open_run"]
 
 # Nothing queued, the value still pending: only another thread can complete it
 # (a user thread, a device with its own streams). Poll for that this often.
@@ -143,7 +143,14 @@ def _task_name(task: Task) -> str:
 
 # Held while an opening block waits for the work in flight (any length of time).
 _enter_lock = threading.Lock()
+#: The open block's run (blocks don't nest); guarded by ``_enter_lock``.
+_open_run: DeterministicRun | None = None
 renew_after_fork(__name__, "_enter_lock")
+
+
+def open_run() -> DeterministicRun | None:
+    """The open ``deterministic()`` block's run, or None outside one."""
+    return _open_run
 
 
 @contextlib.contextmanager
@@ -161,18 +168,20 @@ def deterministic(seed: int = 0) -> Iterator[DeterministicRun]:
     >>> y.numpy(), run.order
     (array([1., 1., 1.]), ['fill', 'exp'])
     """
+    global _open_run
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ArgumentError(f"deterministic(seed=...) takes an int, got {seed!r}")
     with _enter_lock:
-        if config._deterministic is not None:
+        if _open_run is not None:
             raise UsageError(
                 "deterministic() blocks don't nest: one is already open "
-                f"(seed={config._deterministic.seed}); close it before opening another"
+                f"(seed={_open_run.seed}); close it before opening another"
             )
         for value in list(_outstanding.values()):  # a fixed start: nothing in flight
             value.wait()
-        run = DeterministicRun(seed)
-        config._set_deterministic(run)
+        run = _open_run = DeterministicRun(seed)
+        config._set_queue_every_op(True)
+        scheduler.task_queue = run
         async_value._deterministic_wait = run.wait
     try:
         yield run
@@ -182,5 +191,7 @@ def deterministic(seed: int = 0) -> Iterator[DeterministicRun]:
         finally:
             with _enter_lock:
                 async_value._deterministic_wait = None
-                config._set_deterministic(None)
+                scheduler.task_queue = None
+                config._set_queue_every_op(False)
+                _open_run = None
                 run._close()

@@ -34,7 +34,7 @@ from typing import Any
 
 from .async_value import AsyncValue
 from .config import config
-from .errors import SourceLine, user_line
+from .errors import SourceLine, UsageError, user_line
 
 __all__ = ["Event", "Launch", "Recording", "active", "launching", "record", "track_name"]
 
@@ -449,8 +449,6 @@ _switch = threading.Lock()
 def start(recording: Recording) -> None:
     """Make ``recording`` the active one (a UsageError if one already is)."""
     global active
-    from .errors import UsageError
-
     with _switch:
         if active is not None:
             raise UsageError(

@@ -31,13 +31,17 @@ from .errors import (
     take_unobserved,
     unobserved_count,
 )
-from .workers import _count_value
+from .workers import count_value
 
 __all__ = [
     "Executor",
     "Stats",
     "Task",
     "count_inline",
+    "count_parked",
+    "forget_outstanding",
+    "note_outstanding",
+    "register_executor",
     "schedule",
     "stats",
     "synchronize",
@@ -57,11 +61,34 @@ _offloaded_counter = itertools.count()
 _parked_counter = itertools.count()
 #: Called once per op run inline; a C-level increment, cheap on the hot path.
 count_inline = _inline_counter.__next__
+#: Called once per op parked on a pending input.
+count_parked = _parked_counter.__next__
 
 # Results not yet available, by id: what synchronize() waits for. Single dict
 # operations (set, pop, copy) are atomic, so it needs no lock of its own.
 _outstanding: dict[int, AsyncValue] = {}
 _executors: list[Executor] = []
+
+
+class TaskQueue(Protocol):
+    """Where every task goes instead of an executor while one is set."""
+
+    def post(self, task: Task) -> None: ...
+
+
+#: Inside ``eagerrt.deterministic()``: the block's run, which queues every task
+#: (set and cleared by ``_core/deterministic.py``).
+task_queue: TaskQueue | None = None
+
+
+def note_outstanding(result: AsyncValue) -> None:
+    """Count ``result`` as work in flight (what :func:`synchronize` waits for)
+    until :func:`forget_outstanding`; a task's run forgets its own."""
+    _outstanding[id(result)] = result
+
+
+def forget_outstanding(result: AsyncValue) -> None:
+    _outstanding.pop(id(result), None)
 
 
 def register_executor(executor: Executor) -> None:
@@ -96,7 +123,7 @@ class Task:
             next(_inline_counter)
             self._run_and_forget()
         else:
-            queue = config._deterministic  # deterministic mode: nothing is inline
+            queue = task_queue  # deterministic mode: nothing is inline
             if queue is not None:
                 queue.post(self)
                 return
@@ -146,7 +173,7 @@ def schedule(task: Task, pending_inputs: Sequence[AsyncValue]) -> None:
     result = task.result
     _outstanding[id(result)] = result
     if pending_inputs:
-        next(_parked_counter)
+        count_parked()
     run_when_ready(pending_inputs, task)
 
 
@@ -178,9 +205,9 @@ def stats() -> Stats:
     True
     """
     return Stats(
-        ops_inline=_count_value(_inline_counter),
-        ops_offloaded=_count_value(_offloaded_counter),
-        ops_parked=_count_value(_parked_counter),
+        ops_inline=count_value(_inline_counter),
+        ops_offloaded=count_value(_offloaded_counter),
+        ops_parked=count_value(_parked_counter),
         queue_depth=sum(e.queue_depth() for e in _executors),
         pending_values=sum(1 for v in _outstanding.copy().values() if not v.is_available()),
         unobserved_errors=unobserved_count(),

@@ -23,12 +23,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 from .async_value import _trampoline
 from .config import config
 from .errors import DeviceError
 
-__all__ = ["WorkerPool", "stop_counting_as_busy"]
+__all__ = ["WorkerPool", "count_value", "reset_after_fork", "stop_counting_as_busy"]
 
 _log = logging.getLogger("eagerrt")
 _STOP = object()
@@ -144,7 +145,7 @@ class WorkerPool:
     def queue_depth(self) -> int:
         """Tasks submitted but not finished (queued or running)."""
         # Two reads, not one atomic snapshot: clamp the brief negative window.
-        return max(0, _count_value(self._submitted) - _count_value(self._finished))
+        return max(0, count_value(self._submitted) - count_value(self._finished))
 
     def busy_besides_caller(self) -> int:
         """Tasks queued or running other than the calling worker's own: work that
@@ -157,7 +158,7 @@ class WorkerPool:
 
     def ran_by_caller(self) -> int:
         """Tasks that found the queue full and ran on the submitting thread."""
-        return _count_value(self._ran_by_caller)
+        return count_value(self._ran_by_caller)
 
     def reset_peak(self) -> None:
         """Start measuring :attr:`peak_queued` afresh from now."""
@@ -224,15 +225,21 @@ def stop_counting_as_busy() -> None:
         next(pool._finished)
 
 
-def _reset_pools_after_fork() -> None:
-    for pool in list(_pools):
-        pool._reset_after_fork()
+def reset_after_fork(members: weakref.WeakSet[Any]) -> None:
+    """In a forked child, call ``_reset_after_fork()`` on each of ``members``
+    (worker pools, stream devices: their threads stayed in the parent)."""
+
+    def reset() -> None:
+        for member in list(members):
+            member._reset_after_fork()
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=reset)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_pools_after_fork)
+reset_after_fork(_pools)
 
 
-def _count_value(counter: itertools.count[int]) -> int:
+def count_value(counter: itertools.count[int]) -> int:
     """The next value an ``itertools.count`` will return, without advancing it."""
     return int(repr(counter)[6:-1])

@@ -23,11 +23,12 @@ from __future__ import annotations
 import threading
 from importlib.metadata import entry_points
 
-from .._core.errors import DeviceError
-from .._core.forking import renew_after_fork
+from .._core import DeviceError, renew_after_fork
 from .base import Device
 from .cpu import CPUDevice, cpu
+from .cuda import cuda_device
 from .stream import StreamDevice
+from .stream_threads import ThreadStreamDevice
 
 __all__ = [
     "CPUDevice",
@@ -106,15 +107,11 @@ def _make_builtin(name: str) -> Device | None:
         if found is not None:
             return found
         if kind == "cuda":
-            from .cuda import cuda_device
-
             device: Device = cuda_device(int(index or 0))  # raises DeviceError without a GPU
             _devices["cuda:" + str(int(index or 0))] = device
             if not index or int(index) == 0:
                 _devices["cuda"] = device
         else:
-            from .stream_threads import ThreadStreamDevice
-
             device = _devices[name] = ThreadStreamDevice(name)
     return device
 

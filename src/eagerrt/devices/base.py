@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import DeviceError
-from .._core.scheduler import Executor
+from .._core import DeviceError, Executor
 
 __all__ = ["Device", "on_device_closed"]
 

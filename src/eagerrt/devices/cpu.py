@@ -13,11 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.config import config
-from .._core.errors import UsageError
-from .._core.forking import renew_after_fork
-from .._core.scheduler import register_executor
-from .._core.workers import WorkerPool
+from .._core import UsageError, WorkerPool, config, register_executor, renew_after_fork
 from .base import Device
 
 __all__ = ["CPUDevice", "cpu"]

@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import DeviceError
+from .._core import DeviceError
+from .cpu import cpu
 from .cuda_graphs import CapturedPlan
 from .device_checks import checks_for, first_failure, take_checks
 from .stream import DeviceMemoryError, DeviceValue, StreamDevice
@@ -233,8 +234,6 @@ class CudaDevice(StreamDevice):
     def _on_host(self, op: Any, args: list[Any], static: dict[str, Any]) -> Any:
         """Run the op's CPU kernel on host copies (a generic kernel refused cupy
         arrays); its failure there is the op's failure."""
-        from .cpu import cpu
-
         cp = self._cp
         kernel = op._kernel_for(cpu)
         host = [cp.asnumpy(a) if type(a) is cp.ndarray else a for a in args]

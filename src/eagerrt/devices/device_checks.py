@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._core.errors import Failure, SourceLine, user_line
+from .._core import Failure, SourceLine, user_line
 
 __all__ = ["Check", "check_later", "checks_for", "first_failure", "take_checks"]
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 import collections
 import contextvars
 import itertools
-import os
 import queue
 import threading
 import time
@@ -53,10 +52,18 @@ from typing import Any
 
 import numpy as np
 
-from .._core.async_value import READY, AsyncValue
-from .._core.errors import DeviceError, EagerError, WaitTimeoutError
-from .._core.scheduler import Executor, on_synchronize
-from .._core.workers import _count_value, never_run_tasks_here
+from .._core import (
+    READY,
+    AsyncValue,
+    DeviceError,
+    EagerError,
+    Executor,
+    WaitTimeoutError,
+    count_value,
+    never_run_tasks_here,
+    on_synchronize,
+    reset_after_fork,
+)
 from .base import Device
 
 __all__ = ["COMPLETIONS", "DeviceMemoryError", "DeviceValue", "Event", "Stream", "StreamDevice"]
@@ -225,8 +232,8 @@ class StreamDevice(Device):
         self._retired: collections.deque[tuple[Any, Any, set[Stream]]] = collections.deque()
         self._retained: collections.deque[tuple[list[Event], Any]] = collections.deque()
         self._host_syncs = itertools.count()
-        self._completer: queue.SimpleQueue[AsyncValue] | None = None
-        self._watched: queue.SimpleQueue[tuple[Event, AsyncValue]] | None = None
+        #: Per role ("completer", "watcher"), the queue a host thread of this device drains.
+        self._host_queues: dict[str, queue.SimpleQueue[Any]] = {}
         _stream_devices.add(self)
 
     def _reset_after_fork(self) -> None:
@@ -237,8 +244,7 @@ class StreamDevice(Device):
             stream.lost = True
         self._streams = {}
         self._lock = threading.Lock()
-        self._completer = None
-        self._watched = None
+        self._host_queues = {}
         self._retired.clear()  # nothing runs on the old streams: nothing to wait for
         self._retained.clear()
 
@@ -346,7 +352,7 @@ class StreamDevice(Device):
     @property
     def host_syncs(self) -> int:
         """How many times the host waited for this device's events (reads of data)."""
-        return _count_value(self._host_syncs)
+        return count_value(self._host_syncs)
 
     def _pick_stream(self, values: Sequence[Any]) -> Stream:
         chosen = self._current.get()
@@ -420,12 +426,9 @@ class StreamDevice(Device):
         exception here (out of memory, a kernel refusing its operands at
         launch) becomes the result's failure.
         """
-        stream, waits = self._stream_after(values)
-        try:
-            return self._launch_on(stream, waits, op, kernel, values, static, shape, dtype)
-        except MemoryError:  # give back what can be given, then one retry
-            self._reclaim_all()
-            return self._launch_on(stream, waits, op, kernel, values, static, shape, dtype)
+        return DeviceValue(
+            self, *self._enqueue(values, self._launch, op, kernel, values, static, shape, dtype)
+        )
 
     def launcher(
         self, op: Any, kernel: Callable[..., Any], shape: tuple[int, ...], dtype: np.dtype[Any]
@@ -484,23 +487,32 @@ class StreamDevice(Device):
                     waits.append(event)
         return stream, waits
 
+    def _enqueue(
+        self, values: Sequence[Any], launch: Callable[..., tuple[Any, Any]], *args: Any
+    ) -> tuple[Stream, int, Any, Any]:
+        """Run ``launch(native stream, *args)`` (:meth:`_launch` or
+        :meth:`_launch_plan`) on the stream new work on ``values`` goes to, after
+        the waits it needs: ``(stream, the work's position there, native, handle)``."""
+        stream, waits = self._stream_after(values)
+        try:
+            return self._launch_on(stream, waits, launch, args)
+        except MemoryError:  # give back what can be given, then one retry
+            self._reclaim_all()
+            return self._launch_on(stream, waits, launch, args)
+
     def _launch_on(
         self,
         stream: Stream,
         waits: list[Event],
-        op: Any,
-        kernel: Callable[..., Any],
-        values: Sequence[Any],
-        static: dict[str, Any],
-        shape: tuple[int, ...],
-        dtype: np.dtype[Any],
-    ) -> DeviceValue:
+        launch: Callable[..., tuple[Any, Any]],
+        args: tuple[Any, ...],
+    ) -> tuple[Stream, int, Any, Any]:
         with stream.lock:
             if waits:
                 self._wait_all(stream, waits)
-            native, handle = self._launch(stream.native, op, kernel, values, static, shape, dtype)
+            native, handle = launch(stream.native, *args)
             stream.enqueued += 1
-            return DeviceValue(self, stream, stream.enqueued, native, handle)
+            return stream, stream.enqueued, native, handle
 
     # -- whole plans ------------------------------------------------------------------
     #: Whether :meth:`plan_runner` runs compiled plans' kernels on native arrays
@@ -534,33 +546,15 @@ class StreamDevice(Device):
         """Enqueue a compiled plan as one unit of work on one stream: ``values``
         (DeviceValues: its inputs, then the constants it reads) ordered before
         it as an op's operands are; the results' values, ready at once."""
-        stream, waits = self._stream_after(values)
         natives = [v.native for v in values]
-        try:
-            return self._plan_on(stream, waits, runner, natives, values)
-        except MemoryError:  # give back what can be given, then one retry
-            self._reclaim_all()
-            return self._plan_on(stream, waits, runner, natives, values)
-
-    def _plan_on(
-        self,
-        stream: Stream,
-        waits: list[Event],
-        runner: Callable[[Any, list[Any]], Any],
-        natives: list[Any],
-        values: Sequence[Any],
-    ) -> list[DeviceValue]:
-        with stream.lock:
-            if waits:
-                self._wait_all(stream, waits)
-            results, handle = self._launch_plan(stream.native, runner, natives, values)
-            stream.enqueued += 1
-            # One handle shared by every result, or (a list) one each.
-            handles = handle if type(handle) is list else [handle] * len(results)
-            return [
-                DeviceValue(self, stream, stream.enqueued, r, h)
-                for r, h in zip(results, handles, strict=True)
-            ]
+        stream, position, results, handle = self._enqueue(
+            values, self._launch_plan, runner, natives, values
+        )
+        # One handle shared by every result, or (a list) one each.
+        handles = handle if type(handle) is list else [handle] * len(results)
+        return [
+            DeviceValue(self, stream, position, r, h) for r, h in zip(results, handles, strict=True)
+        ]
 
     def _launch_plan(
         self,
@@ -710,13 +704,7 @@ class StreamDevice(Device):
         """The callback strategy: a notify stream waits for the event, then a
         host callback hands ``done`` to the completer thread (a CUDA host
         function must not call CUDA, and completing runs continuations that may)."""
-        completer = self._completer
-        if completer is None:
-            with self._lock:
-                completer = self._completer
-                if completer is None:
-                    completer = self._completer = queue.SimpleQueue()
-                    _start_thread(f"eagerrt-{self.name}-completer", _complete_forever, completer)
+        completer = self._host_queue("completer", _complete_forever)
         notify = self._stream("notify", "notify")
         with notify.lock:
             self._wait_event(notify.native, event.native)
@@ -725,14 +713,21 @@ class StreamDevice(Device):
     def _watch(self, event: Event, done: AsyncValue) -> None:
         """The watcher strategy: a host thread blocks on the oldest watched
         event, then polls the others."""
-        watched = self._watched
-        if watched is None:
+        self._host_queue("watcher", self._watch_forever).put((event, done))
+
+    def _host_queue(
+        self, role: str, drain: Callable[[queue.SimpleQueue[Any]], None]
+    ) -> queue.SimpleQueue[Any]:
+        """The queue this device's ``role`` thread runs ``drain`` on (queue and
+        thread made on first need)."""
+        found = self._host_queues.get(role)
+        if found is None:
             with self._lock:
-                watched = self._watched
-                if watched is None:
-                    watched = self._watched = queue.SimpleQueue()
-                    _start_thread(f"eagerrt-{self.name}-watcher", self._watch_forever, watched)
-        watched.put((event, done))
+                found = self._host_queues.get(role)
+                if found is None:
+                    found = self._host_queues[role] = queue.SimpleQueue()
+                    _start_thread(f"eagerrt-{self.name}-{role}", drain, found)
+        return found
 
     def _watch_forever(self, watched: queue.SimpleQueue[tuple[Event, AsyncValue]]) -> None:
         never_run_tasks_here()  # completions run continuations here: they must not block it
@@ -809,15 +804,7 @@ def _synchronize_stream_devices(timeout: float | None) -> None:
 
 
 on_synchronize(_synchronize_stream_devices)
-
-
-def _reset_stream_devices_after_fork() -> None:
-    for device in list(_stream_devices):
-        device._reset_after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_stream_devices_after_fork)
+reset_after_fork(_stream_devices)
 
 
 def _complete_forever(completer: queue.SimpleQueue[AsyncValue]) -> None:

@@ -42,8 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core import profiling
-from .._core.errors import Failure, user_line
+from .._core import Failure, profiling, user_line
 from .stream import DeviceMemoryError, DeviceValue, StreamDevice, _stream_devices
 
 __all__ = ["HostBlockPool", "ThreadStreamDevice"]

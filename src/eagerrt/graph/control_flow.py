@@ -47,23 +47,28 @@ from typing import Any
 
 import numpy as np
 
-from .._core import profiling
-from .._core.async_value import ERROR, PENDING, READY
-from .._core.config import config
-from .._core.errors import (
+from .._core import (
+    ERROR,
+    PENDING,
+    READY,
     ArgumentError,
     DTypeError,
     Failure,
     ShapeError,
     SourceLine,
+    Task,
     TracingError,
     UsageError,
+    config,
+    count_inline,
+    profiling,
+    schedule,
+    schedule_read,
     user_line,
 )
-from .._core.scheduler import Task, count_inline, schedule
 from ..devices import cpu
 from ..ops.creation import asarray
-from ..tensor import TRACED, Tensor, schedule_read
+from ..tensor import TRACED, Tensor
 from . import pytree, recorded_control_flow, tracing
 from .backend import backend_for, graph_device
 from .cost_model import node_cost

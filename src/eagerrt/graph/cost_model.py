@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._core.config import config
+from .._core import config
 from .ir import Node, Value
 
 __all__ = ["assign_streams", "measured_costs", "node_cost", "record_cost", "signature_of"]

@@ -21,13 +21,25 @@ import threading
 import time
 from typing import Any
 
-from .._core import profiling
-from .._core.async_value import ERROR, PENDING, READY, AsyncValue
-from .._core.config import config
-from .._core.errors import Failure, SourceLine, user_line
-from .._core.float_errors import caller_modes, register_runner, run_here, run_under
-from .._core.scheduler import Task, count_inline, schedule
-from .._core.workers import stop_counting_as_busy
+from .._core import (
+    ERROR,
+    PENDING,
+    READY,
+    AsyncValue,
+    Failure,
+    SourceLine,
+    Task,
+    caller_modes,
+    config,
+    count_inline,
+    profiling,
+    register_runner,
+    run_here,
+    run_under,
+    schedule,
+    stop_counting_as_busy,
+    user_line,
+)
 from ..tensor import Tensor
 from .native_plan import NativePlan
 from .op_by_op import OpByOpPlan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._core.config import config
+from .._core import config
 
 __all__ = ["explain"]
 

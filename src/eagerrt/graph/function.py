@@ -29,13 +29,14 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from .._core.async_value import AsyncValue
-from .._core.bridge import Available
-from .._core.errors import TracingError, UsageError
+from .._core import AsyncValue, Available, TracingError, UsageError
+from ..ops.creation import asarray
 from ..tensor import TRACED, Tensor
 from . import pytree
 from .backend import backend_for, graph_device
+from .cost_model import record_cost
 from .executor import run_plan
+from .explain import explain
 from .ir import Graph
 from .native_plan import NativePlan
 from .op_by_op import OpByOpPlan
@@ -63,7 +64,7 @@ class Compiled:
         inputs = []
         for p in self.positions:
             leaf = leaves[p]
-            inputs.append(leaf if type(leaf) is Tensor else _asarray(leaf))
+            inputs.append(leaf if type(leaf) is Tensor else asarray(leaf))
         return self.finish(run_plan(self.plan, inputs))
 
     def finish(self, outputs: list[Tensor]) -> Any:
@@ -85,12 +86,6 @@ def _current_task() -> int:
     except RuntimeError:  # no running loop
         task = None
     return id(task) if task is not None else threading.get_ident()
-
-
-def _asarray(data: Any) -> Tensor:
-    from ..ops.creation import asarray
-
-    return asarray(data)
 
 
 #: The output structure of a function returning one tensor (the common case).
@@ -335,13 +330,11 @@ class Function(Generic[_F]):
         costs instead of estimates. Returns nanoseconds by step (output name and
         op). On a device with its own plans, each op is timed as an eager call
         that the device finished (nothing is recorded: its plans use no costs)."""
-        from .cost_model import record_cost
-
         leaves, tree = pytree.flatten((args, kwargs))
         key = _signature(leaves, tree, self._name)
         compiled = self.compiled_for(*args, **kwargs)
         plan = compiled.plan
-        inputs = [_asarray(leaves[p]) for p in compiled.positions]
+        inputs = [asarray(leaves[p]) for p in compiled.positions]
         if not isinstance(plan, Plan):
             return dict(plan.time_ops(inputs, repeats))
         timings = plan.time_steps([t.numpy() for t in inputs], repeats)
@@ -356,8 +349,6 @@ class Function(Generic[_F]):
     def explain(self, *args: Any, **kwargs: Any) -> str:
         """What the compiler made of a call with these arguments: the passes,
         the optimized graph, the execution plan, the memory plan, the code."""
-        from .explain import explain
-
         return explain(self._name, self.compiled_for(*args, **kwargs))
 
 

@@ -19,20 +19,20 @@ pass, like a fused kernel); its inputs are values or weak Python scalars; its
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from .._core.errors import SourceLine, TracingError
+from .._core import SourceLine, TracingError, user_line
+from ..tensor import Shaped
 
 __all__ = ["Graph", "Node", "Value"]
 
 _ids = itertools.count()
 
 
-class Value:
+class Value(Shaped):
     """One SSA value: the output of a node, a graph input, or a constant.
 
     It has a tensor's metadata (``shape``, ``dtype``, ``device``, ``ndim``,
@@ -67,18 +67,6 @@ class Value:
         self.site = site
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    @property
     def is_const(self) -> bool:
         return self.const is not None
 
@@ -87,8 +75,6 @@ class Value:
 
     def read_error(self) -> TracingError:
         """The error for asking a traced tensor for its data (see Tensor._host_value)."""
-        from .._core.errors import user_line
-
         site = user_line()
         return TracingError(
             f"the value of traced tensor {self.name} ({self.type_str()}) isn't known while "

@@ -21,8 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._core.async_value import READY
-from .._core.errors import Failure, user_line
+from .._core import READY, Failure, user_line
 from ..devices.stream import DeviceValue, StreamDevice
 from ..tensor import Tensor
 from .backend import Pass

@@ -21,7 +21,7 @@ import math
 import time
 from typing import Any
 
-from .._core.scheduler import synchronize
+from .._core import synchronize
 from ..tensor import Tensor
 from .ir import Graph, Value
 from .passes import cse, dce

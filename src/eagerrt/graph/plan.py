@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.config import config
-from .._core.errors import Failure
+from .._core import Failure, config
 from .cost_model import assign_streams, node_cost
 from .ir import Graph, Node, Value, format_node
 from .kernels import kernel_for, out_form_for, writes_elementwise

@@ -25,8 +25,7 @@ import threading
 import time
 from typing import Any
 
-from .._core import profiling
-from .._core.errors import SourceLine
+from .._core import SourceLine, profiling
 from .plan import Plan
 
 __all__: list[str] = []

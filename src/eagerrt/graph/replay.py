@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._core.errors import Failure, SourceLine
+from .._core import Failure, SourceLine
 from .ir import Graph, Value
 from .kernels import eager_kernel
 

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import TracingError, user_line
+from .._core import TracingError, user_line
 from ..ops import registry
+from ..ops.creation import asarray
 from ..tensor import TRACED, Tensor
 from . import pytree
 from .ir import Graph, Node, Value
@@ -119,8 +120,6 @@ def _start(
     name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Trace, tuple[Any, ...], dict[str, Any], list[int]]:
     """The trace and the arguments with every tensor leaf made symbolic."""
-    from ..ops.creation import asarray
-
     leaves, tree = pytree.flatten((args, kwargs))
     inputs: list[Value] = []
     positions: list[int] = []
@@ -148,8 +147,6 @@ def _finish(trace: Trace, result: Any) -> Any:
     for leaf in leaves:
         if isinstance(leaf, (Tensor, np.ndarray)):
             if type(leaf) is not Tensor:
-                from ..ops.creation import asarray
-
                 leaf = asarray(leaf)
             trace.graph.outputs.append(trace.operand(leaf))
             kept.append(_OUTPUT)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import ArgumentError, UsageError
+from .._core import ArgumentError, UsageError
 
 __all__ = ["Graph", "Node", "ValueInfo", "import_onnx", "read_graph"]
 

@@ -21,7 +21,7 @@ import numpy as np
 
 import eagerrt as ert
 
-from .._core.errors import ArgumentError, EagerError
+from .._core import ArgumentError, EagerError
 from ..tensor import Tensor
 from .graph import Graph, Node
 from .ops import REWRITES, SPECS, OpSpec, UnsupportedError

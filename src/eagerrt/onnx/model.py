@@ -9,7 +9,7 @@ import numpy as np
 
 import eagerrt as ert
 
-from .._core.errors import ArgumentError, DTypeError, ShapeError, UsageError
+from .._core import ArgumentError, DTypeError, ShapeError, UsageError
 from ..graph.function import Function
 from ..tensor import Tensor
 from . import fusion

@@ -21,9 +21,9 @@ import numpy as np
 
 import eagerrt as ert
 
-from .._core.errors import ArgumentError, UsageError
+from .._core import ArgumentError, UsageError
 from .erf import erf
-from .graph import Node
+from .graph import Node, _dtype
 
 __all__ = ["REWRITES", "SPECS", "OpSpec", "UnsupportedError", "supported_ops"]
 
@@ -289,8 +289,6 @@ def _mean(xp: Any, node: Node, *xs: Any) -> Any:
 
 @_op("Cast", attrs=["to", "saturate"])
 def _cast(xp: Any, node: Node, x: Any) -> Any:
-    from .graph import _dtype
-
     return _astype(xp, x, _dtype(node.attr("to"), f"{node.describe()}'s 'to'"))
 
 

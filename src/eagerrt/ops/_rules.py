@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import DTypeError, OutOfBoundsError, ShapeError
+from .._core import DTypeError, OutOfBoundsError, ShapeError, config
 from ..tensor import Tensor
 
 __all__ = [
@@ -17,15 +17,30 @@ __all__ = [
     "broadcast_shapes",
     "dtype_key",
     "normalize_axes",
+    "need_tensor",
     "normalize_axis",
     "shape_tuple",
     "to_dtype",
     "ufunc_dtype",
+    "view_cost",
 ]
 
 _MAX_CACHE = 4096
 _broadcast_cache: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}
 _ufunc_cache: dict[tuple[Any, ...], np.dtype[Any]] = {}
+
+
+def view_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **static: Any) -> float:
+    """The cost of an op that makes a view: one call, whatever the size."""
+    return config.op_overhead_ns
+
+
+def need_tensor(op: str, x: Any) -> Tensor:
+    """``x``, which must be a tensor (the rule of an op that takes no plain data)."""
+    if type(x) is not Tensor:
+        raise TypeError(f"{op} needs a tensor, got {type(x).__name__}")
+    return x
+
 
 _WEAK = {bool: np.dtype(bool), int: int, float: float, complex: complex}
 

@@ -24,12 +24,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._core.errors import ArgumentError, DTypeError, ShapeError
+from .._core import ArgumentError, DTypeError, ShapeError
 from ..devices import get_device
-from ..devices.base import Device
 from ..tensor import Tensor
 from ._rules import shape_tuple, to_dtype
+from .manipulation import astype, broadcast_to, reshape
 from .registry import GENERIC, define_op, elementwise_cost
+from .wrap import DeviceLike, as_tensor, wrap
 
 __all__ = [
     "arange",
@@ -50,8 +51,6 @@ __all__ = [
 ]
 
 _FLOAT64 = np.dtype(np.float64)
-
-DeviceLike = str | Device | None
 
 
 def asarray(
@@ -82,44 +81,11 @@ def asarray(
     """
     if isinstance(obj, Tensor):
         return _tensor_asarray(obj, dtype, device, copy)
-    dev = get_device(device)
-    try:
-        if copy:
-            array = np.array(obj, dtype=dtype, copy=True)
-        else:
-            array = np.asarray(obj, dtype=dtype, copy=copy)
-    except (TypeError, ValueError) as exc:
-        if copy is False and isinstance(exc, ValueError):  # numpy: a copy was needed
-            raise ArgumentError(f"asarray: {exc}") from None
-        raise DTypeError(
-            f"asarray: cannot make a tensor from {type(obj).__name__}: {exc}"
-        ) from None
-    if array.dtype.kind in "OSUVMm":
-        raise DTypeError(
-            f"asarray: eagerrt tensors hold numbers and bools, not {array.dtype} "
-            f"(from {type(obj).__name__})"
-        )
-    if type(array) is not np.ndarray:  # np.matrix and friends change operators' meaning
-        array = array.view(np.ndarray)
-    if not array.dtype.isnative:
-        # Kernels produce native-order results; keep every tensor native so the
-        # metadata computed at the call always matches the data.
-        if copy is False:
-            raise ArgumentError("asarray: non-native byte order needs a copy, but copy=False")
-        array = array.astype(array.dtype.newbyteorder("="))
-    if array.flags.writeable:
-        # A read-only view: the caller's own array keeps its flags, and readers of
-        # the tensor cannot write into data that pending ops still read.
-        array = array.view()
-        array.flags.writeable = False
-    dev.check_open()
-    return Tensor._ready(dev.from_numpy(array), array.shape, array.dtype, dev, "asarray")
+    return wrap(obj, dtype=dtype, device=device, copy=copy)
 
 
 def _tensor_asarray(x: Tensor, dtype: Any, device: DeviceLike, copy: bool | None) -> Tensor:
     """asarray of a tensor: itself, or an asynchronous cast, copy or move of it."""
-    from .manipulation import astype
-
     target = x.device if device is None else get_device(device)
     want = x.dtype if dtype is None else to_dtype(dtype)
     if copy is False and (want != x.dtype or target is not x.device):
@@ -160,10 +126,6 @@ def _fill_kernel(*, shape: tuple[int, ...], dtype: Any, fill: Any = None) -> np.
     if type(fill) is int and fill == 0:  # zeros(): calloc'd; not -0.0, which keeps its sign
         return np.zeros(shape, dtype)
     return np.full(shape, fill, dtype)
-
-
-def _as_tensor(x: Any) -> Tensor:
-    return x if isinstance(x, Tensor) else asarray(x)
 
 
 def _fill_dtype(value: Any, dtype: Any) -> np.dtype[Any]:
@@ -227,7 +189,7 @@ def full(
 
 
 def _like(x: Any, dtype: Any, device: DeviceLike, fill: Any) -> Tensor:
-    x = _as_tensor(x)
+    x = as_tensor(x)
     # Only x's metadata is read: x may still be pending.
     dt = x.dtype if dtype is None else dtype
     return _fill(shape=x.shape, dtype=dt, fill=fill, device=x.device if device is None else device)
@@ -500,11 +462,9 @@ def meshgrid(*arrays: Any, indexing: Literal["xy", "ij"] = "xy") -> list[Tensor]
     >>> xs.shape, ys.numpy().tolist()
     ((2, 3), [[0, 0, 0], [1, 1, 1]])
     """
-    from .manipulation import broadcast_to, reshape
-
     if indexing not in ("xy", "ij"):
         raise ArgumentError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
-    flat = [reshape(_as_tensor(a), (-1,)) for a in arrays]
+    flat = [reshape(as_tensor(a), (-1,)) for a in arrays]
     shape = [a.shape[0] for a in flat]
     axes = list(range(len(flat)))
     if indexing == "xy" and len(flat) > 1:

@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from .._core.config import config
-from .._core.errors import DTypeError
+from .._core import DTypeError, config
 from ..tensor import Tensor
 from ._rules import as_float, broadcast_shapes, dtype_key, ufunc_dtype
-from .erf_rational import ERF_CLAMP, ERF_P, ERF_Q, INV_SQRT2
+from .erf_rational import ERF_CLAMP, INV_SQRT2, erf_rational_inside
 from .registry import GENERIC, Op, define_op
 
 __all__ = [  # written out for type checkers; test_layers checks it lists every op
@@ -413,13 +412,7 @@ def _erf(z: Any) -> Any:
     :mod:`.erf_rational`, as the CPU backend's kernel computes them."""
     if z.dtype == np.float64:
         return np.frompyfunc(math.erf, 1, 1)(z).astype(np.float64)
-    t = z * z
-    p = q = 0
-    for coefficient in reversed(ERF_P):
-        p = p * t + coefficient
-    for coefficient in reversed(ERF_Q):
-        q = q * t + coefficient
-    inside = z * p / q
+    inside = erf_rational_inside(z)
     return np.where(np.abs(z) < ERF_CLAMP, inside, np.sign(z)).astype(z.dtype, copy=False)
 
 

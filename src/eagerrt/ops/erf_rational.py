@@ -24,8 +24,17 @@ True
 from __future__ import annotations
 
 import math
+from typing import Any
 
-__all__ = ["ERF_CLAMP", "ERF_P", "ERF_Q", "INV_SQRT2", "erf_float64_rational", "erf_source_lines"]
+__all__ = [
+    "ERF_CLAMP",
+    "ERF_P",
+    "ERF_Q",
+    "INV_SQRT2",
+    "erf_float64_rational",
+    "erf_rational_inside",
+    "erf_source_lines",
+]
 
 #: GELU's erf argument is x / sqrt(2): the eager kernel and generated code share this.
 INV_SQRT2 = 1.0 / math.sqrt(2.0)
@@ -56,6 +65,12 @@ def erf_float64_rational(z: float) -> float:
     """The approximation on a Python float (the reference for the generated forms)."""
     if not abs(z) < ERF_CLAMP:
         return 1.0 if z > 0 else -1.0
+    return erf_rational_inside(z)
+
+
+def erf_rational_inside(z: Any) -> Any:
+    """``z * P(z^2) / Q(z^2)``, the approximation inside the clamp, of a Python
+    float or of a numpy array (computed in its dtype)."""
     t = z * z
     p = q = 0.0
     for a in reversed(ERF_P):

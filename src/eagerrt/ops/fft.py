@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.config import config
-from .._core.errors import ArgumentError
+from .._core import ArgumentError, config
 from ..devices.base import Device
 from ..tensor import Tensor
 from ._rules import normalize_axes, normalize_axis, to_dtype

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import DTypeError, OutOfBoundsError
+from .._core import DTypeError, OutOfBoundsError
 from ..tensor import Tensor
-from ._rules import normalize_axis
-from .manipulation import _need_tensor, _view_cost
+from ._rules import need_tensor, normalize_axis, view_cost
 from .registry import GENERIC, call_error, define_op, elementwise_cost, exposes
+from .wrap import wrap
 
 __all__ = ["getitem", "take", "take_along_axis"]
 
@@ -65,9 +65,7 @@ def split_index(index: Any, device: Any = None) -> tuple[tuple[Any, ...], list[T
                     f"an index must be an int, slice, None, ..., or an array of ints or "
                     f"bools, not {type(part).__name__}"
                 )
-            from .creation import asarray
-
-            part = asarray(part, device=device)
+            part = wrap(part, device=device)
         if part.dtype.kind not in "biu":
             raise DTypeError(f"an index array must hold ints or bools, not {part.dtype}")
         template.append(IndexSlot(len(operands)))
@@ -76,7 +74,14 @@ def split_index(index: Any, device: Any = None) -> tuple[tuple[Any, ...], list[T
 
 
 def fill_index(template: tuple[Any, ...], arrays: Any) -> tuple[Any, ...]:
-    """The template with its slots replaced by ``arrays``."""
+    """The index a ``setitem`` write kernel was given: its ``template`` (the
+    index's basic parts) with its slots replaced by ``arrays`` (the index
+    arrays, as the device's arrays).
+
+    >>> template, operands = split_index((0, [1, 2]))
+    >>> fill_index(template, ["rows"])
+    (0, 'rows')
+    """
     return tuple(arrays[p.position] if type(p) is IndexSlot else p for p in template)
 
 
@@ -97,7 +102,7 @@ def indexed_shape(shape: tuple[int, ...], template: tuple[Any, ...], operands: A
 
 # -- basic indexing: a view ---------------------------------------------------------
 def _getitem_rule(x: Any, index: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("getitem", x)
+    x = need_tensor("getitem", x)
     parts = index if isinstance(index, tuple) else (index,)
     for part in parts:
         if not isinstance(part, (*_BASIC_INDEX_TYPES, bool)):
@@ -109,7 +114,7 @@ def _getitem_rule(x: Any, index: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
 
 
 getitem = define_op(
-    "getitem", _getitem_rule, cost=_view_cost, operands=1, doc="Basic indexing (a view)."
+    "getitem", _getitem_rule, cost=view_cost, operands=1, doc="Basic indexing (a view)."
 )
 getitem.register_kernel(GENERIC, lambda x, index: x[index])
 
@@ -180,8 +185,6 @@ def _resolve_masks(
     A mask's data decides the result's shape, so this waits for the masks
     (only for them) here, at the call.
     """
-    from .creation import asarray
-
     out: list[Any] = []
     resolved: list[Tensor] = []
     for part in template:
@@ -199,7 +202,7 @@ def _resolve_masks(
             continue
         for positions in np.nonzero(mask):
             out.append(IndexSlot(len(resolved)))
-            resolved.append(asarray(positions, device=o.device))
+            resolved.append(wrap(positions, device=o.device))
     return tuple(out), resolved
 
 
@@ -207,8 +210,8 @@ def _resolve_masks(
 def _take_rule(
     x: Any, indices: Any, axis: int | None = None
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("take", x)
-    indices = _need_tensor("take", indices)
+    x = need_tensor("take", x)
+    indices = need_tensor("take", indices)
     if indices.dtype.kind not in "iu":
         raise TypeError(f"take needs integer indices, got {indices.dtype}")
     if axis is None:  # numpy's: from the flattened tensor (the standard's 1-d case)
@@ -242,8 +245,8 @@ def take(x: Any, indices: Any, /, *, axis: int | None = None) -> Tensor:
 def _take_along_axis_rule(
     x: Any, indices: Any, axis: int = -1
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("take_along_axis", x)
-    indices = _need_tensor("take_along_axis", indices)
+    x = need_tensor("take_along_axis", x)
+    indices = need_tensor("take_along_axis", indices)
     if indices.dtype.kind not in "iu":
         raise TypeError(f"take_along_axis needs integer indices, got {indices.dtype}")
     if indices.ndim != x.ndim:

@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import DTypeError
+from .._core import DTypeError
 from ..devices import cpu, get_device
 from ..devices.base import Device
 from ..tensor import Tensor
 from . import reduction
 from .creation import asarray
-from .elementwise import BINARY_UFUNCS, UFUNC_OPS, UNARY_UFUNCS
+from .elementwise import BINARY_UFUNCS, UFUNC_OPS, UNARY_UFUNCS, clip, where
 from .linalg import matmul
 from .manipulation import concat, reshape, stack
 
@@ -134,16 +134,12 @@ def _reshape(a: Any, shape: Any = None, order: str = "C", **kwargs: Any) -> Tens
 def _where(condition: Any, *xy: Any) -> Any:
     if len(xy) != 2:
         return NotImplemented  # np.where(cond) alone is nonzero: numpy does it
-    from .elementwise import where
-
     return where(condition, *xy)
 
 
 def _clip(a: Any, a_min: Any = None, a_max: Any = None, **kwargs: Any) -> Any:
     if kwargs:
         return NotImplemented
-    from .elementwise import clip
-
     return clip(a, a_min, a_max)
 
 

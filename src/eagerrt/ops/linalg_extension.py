@@ -34,8 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._core.config import config
-from .._core.errors import ArgumentError
+from .._core import ArgumentError, config
 from ..tensor import Tensor
 from ._rules import (
     as_array,
@@ -44,9 +43,11 @@ from ._rules import (
     normalize_axes,
     to_dtype,
     ufunc_dtype,
+    view_cost,
 )
 from .linalg import contracted_axis, contracted_shape
 from .registry import GENERIC, Op, define_op, exposes
+from .wrap import wrap
 
 __all__: list[str] = []  # nothing for the main namespace; see eagerrt.linalg
 
@@ -119,10 +120,6 @@ def _cubic_cost(factor: float) -> Callable[..., float]:
 def _copy_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **_: Any) -> float:
     size = max([math.prod(shape), *(a.size for a in args if type(a) is Tensor)])
     return config.op_overhead_ns + size * config.ns_per_element
-
-
-def _view_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **_: Any) -> float:
-    return config.op_overhead_ns
 
 
 def _linalg_op(
@@ -538,9 +535,7 @@ def _tolerance_operand(rtol: Any) -> Any:
         return None if rtol is None else float(rtol)
     if type(rtol) is Tensor:
         return rtol
-    from .creation import asarray
-
-    return asarray(rtol)
+    return wrap(rtol)
 
 
 def _tolerance_batch(x: Tensor, rtol: Any) -> tuple[int, ...]:
@@ -879,7 +874,7 @@ _diagonal = _linalg_op(
     "diagonal",
     _diagonal_rule,
     lambda x, offset=0: np.diagonal(x, offset=int(offset), axis1=-2, axis2=-1),
-    _view_cost,
+    view_cost,
     doc="Matrix diagonals.",
 )
 

@@ -21,19 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from .._core.async_value import READY
-from .._core.config import config
-from .._core.errors import ArgumentError, DTypeError, ShapeError, UsageError
+from .._core import READY, ArgumentError, DTypeError, ShapeError, UsageError, config
 from ..tensor import Tensor
 from ._rules import (
     broadcast_shapes,
     foreign_array,
+    need_tensor,
     normalize_axes,
     normalize_axis,
     shape_tuple,
     to_dtype,
+    view_cost,
 )
+from .indexing import getitem
 from .registry import GENERIC, call_error, define_op, elementwise_cost, exposes
+from .wrap import as_tensor
 
 __all__ = [
     "astype",
@@ -57,22 +59,6 @@ __all__ = [
 ]
 
 
-def _view_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **static: Any) -> float:
-    return config.op_overhead_ns
-
-
-def _need_tensor(op: str, x: Any) -> Tensor:
-    if type(x) is not Tensor:
-        raise TypeError(f"{op} needs a tensor, got {type(x).__name__}")
-    return x
-
-
-def _as_tensor(x: Any) -> Tensor:
-    from .creation import asarray
-
-    return x if type(x) is Tensor else asarray(x)
-
-
 def _int(value: Any, what: str) -> int:
     """``value`` as an int, refusing bools and floats (numpy's own refusals)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -94,7 +80,7 @@ def _ints(value: Any, what: str) -> tuple[int, ...]:
 def _reshape_rule(
     x: Any, shape: Any, copy: bool | None = None
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("reshape", x)
+    x = need_tensor("reshape", x)
     dims = list(shape_tuple(shape, allow_unknown=True))
     unknown = [i for i, d in enumerate(dims) if d == -1]
     if len(unknown) > 1 or any(d < -1 for d in dims):
@@ -157,7 +143,7 @@ def reshape(x: Any, /, shape: int | Sequence[int], *, copy: bool | None = None) 
 def _transpose_rule(
     x: Any, axes: Sequence[int] | None = None
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("transpose", x)
+    x = need_tensor("transpose", x)
     if axes is None:
         return x.shape[::-1], x.dtype
     perm = tuple(normalize_axis(a, x.ndim) for a in axes)
@@ -169,7 +155,7 @@ def _transpose_rule(
 transpose = define_op(
     "transpose",
     _transpose_rule,
-    cost=_view_cost,
+    cost=view_cost,
     operands=1,
     doc="Permute axes (reverse them by default).",
 )
@@ -187,12 +173,18 @@ def permute_dims(x: Any, /, axes: Sequence[int]) -> Tensor:
 
 
 def _moveaxis_rule(x: Any, source: Any, destination: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("moveaxis", x)
-    perm = _moveaxis_perm(x.ndim, source, destination)
+    x = need_tensor("moveaxis", x)
+    perm = moveaxis_permutation(x.ndim, source, destination)
     return tuple(x.shape[a] for a in perm), x.dtype
 
 
-def _moveaxis_perm(ndim: int, source: Any, destination: Any) -> list[int]:
+def moveaxis_permutation(ndim: int, source: Any, destination: Any) -> list[int]:
+    """The axes of an ``ndim``-d array in the order ``moveaxis(x, source,
+    destination)`` leaves them (as ``permute_dims`` takes them).
+
+    >>> moveaxis_permutation(3, 0, -1)
+    [1, 2, 0]
+    """
     src = [normalize_axis(a, ndim) for a in _ints(source, "source")]
     dst = [normalize_axis(a, ndim) for a in _ints(destination, "destination")]
     if len(src) != len(dst):
@@ -209,7 +201,7 @@ def _moveaxis_perm(ndim: int, source: Any, destination: Any) -> list[int]:
 
 
 _moveaxis = define_op(
-    "moveaxis", _moveaxis_rule, cost=_view_cost, operands=1, doc="Move axes to new positions."
+    "moveaxis", _moveaxis_rule, cost=view_cost, operands=1, doc="Move axes to new positions."
 )
 _moveaxis.register_kernel(
     GENERIC, lambda x, source, destination: np.moveaxis(x, source, destination)
@@ -227,7 +219,7 @@ def moveaxis(x: Any, source: int | Sequence[int], destination: int | Sequence[in
 
 
 def _expand_dims_rule(x: Any, axis: Any = 0) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("expand_dims", x)
+    x = need_tensor("expand_dims", x)
     axes = _ints(axis, "axis")
     out_ndim = x.ndim + len(axes)
     new = normalize_axes(axes, out_ndim)
@@ -238,7 +230,7 @@ def _expand_dims_rule(x: Any, axis: Any = 0) -> tuple[tuple[int, ...], np.dtype[
 _expand_dims = define_op(
     "expand_dims",
     _expand_dims_rule,
-    cost=_view_cost,
+    cost=view_cost,
     operands=1,
     doc="Insert size-1 axes at ``axis``.",
 )
@@ -257,7 +249,7 @@ def expand_dims(x: Any, /, axis: int | Sequence[int] = 0) -> Tensor:
 
 
 def _squeeze_rule(x: Any, axis: Any = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("squeeze", x)
+    x = need_tensor("squeeze", x)
     if axis is None:
         return tuple(d for d in x.shape if d != 1), x.dtype
     axes = normalize_axes(axis, x.ndim)
@@ -268,7 +260,7 @@ def _squeeze_rule(x: Any, axis: Any = None) -> tuple[tuple[int, ...], np.dtype[A
 
 
 _squeeze = define_op(
-    "squeeze", _squeeze_rule, cost=_view_cost, operands=1, doc="Remove size-1 axes."
+    "squeeze", _squeeze_rule, cost=view_cost, operands=1, doc="Remove size-1 axes."
 )
 _squeeze.register_kernel(GENERIC, lambda x, axis=None: np.squeeze(x, axis))
 
@@ -285,12 +277,12 @@ def squeeze(x: Any, /, axis: int | Sequence[int] | None = None) -> Tensor:
 
 
 def _flip_rule(x: Any, axis: Any = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("flip", x)
+    x = need_tensor("flip", x)
     normalize_axes(axis, x.ndim)  # the refusals: out of range, repeated
     return x.shape, x.dtype
 
 
-_flip = define_op("flip", _flip_rule, cost=_view_cost, operands=1, doc="Reverse along axes.")
+_flip = define_op("flip", _flip_rule, cost=view_cost, operands=1, doc="Reverse along axes.")
 _flip.register_kernel(GENERIC, lambda x, axis=None: np.flip(x, axis))
 
 
@@ -306,7 +298,7 @@ def flip(x: Any, /, *, axis: int | Sequence[int] | None = None) -> Tensor:
 
 
 def _roll_rule(x: Any, shift: Any, axis: Any = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("roll", x)
+    x = need_tensor("roll", x)
     shifts = _ints(shift, "shift")
     if axis is None:
         if not isinstance(shift, (int, np.integer)):
@@ -336,7 +328,7 @@ def roll(
 
 
 def _tile_rule(x: Any, repetitions: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("tile", x)
+    x = need_tensor("tile", x)
     reps = _ints(repetitions, "repetitions")
     if any(r < 0 for r in reps):
         raise ValueError(f"tile: repetitions {reps} must not be negative")
@@ -365,7 +357,7 @@ def tile(x: Any, repetitions: Sequence[int], /) -> Tensor:
 def _repeat_rule(
     x: Any, repeats: Any, axis: int | None = None
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("repeat", x)
+    x = need_tensor("repeat", x)
     n = x.size if axis is None else x.shape[normalize_axis(axis, x.ndim)]
     if isinstance(repeats, np.ndarray):  # a tensor's values, read by repeat()
         if repeats.ndim > 1 or (repeats.ndim == 1 and repeats.size not in (1, n)):
@@ -416,10 +408,10 @@ def repeat(x: Any, repeats: int | Any, /, *, axis: int | None = None) -> Tensor:
     """
     if isinstance(repeats, (int, np.integer)) and not isinstance(repeats, bool):
         return _repeat(x, repeats=int(repeats), axis=axis)
-    counts = _as_tensor(repeats)
+    counts = as_tensor(repeats)
     if counts.dtype.kind not in "iu":
         raise call_error(
-            DTypeError, "repeat", (_as_tensor(x), counts), {"axis": axis},
+            DTypeError, "repeat", (as_tensor(x), counts), {"axis": axis},
             f"repeats must be an int or an integer tensor, not {counts.dtype}",
         )  # fmt: skip
     # The data-dependent shape: wait for the counts (never for x).
@@ -428,7 +420,7 @@ def repeat(x: Any, repeats: int | Any, /, *, axis: int | None = None) -> Tensor:
 
 
 def _broadcast_to_rule(x: Any, shape: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("broadcast_to", x)
+    x = need_tensor("broadcast_to", x)
     target = shape_tuple(shape)
     if len(target) < x.ndim or broadcast_shapes(x.shape, target) != target:
         raise ShapeError(f"cannot broadcast {x.shape} to {target}")
@@ -438,7 +430,7 @@ def _broadcast_to_rule(x: Any, shape: Any) -> tuple[tuple[int, ...], np.dtype[An
 _broadcast_to = define_op(
     "broadcast_to",
     _broadcast_to_rule,
-    cost=_view_cost,
+    cost=view_cost,
     operands=1,
     doc="A read-only broadcast view.",
 )
@@ -463,7 +455,7 @@ def broadcast_arrays(*arrays: Any) -> list[Tensor]:
     >>> [t.shape for t in ert.broadcast_arrays(ert.zeros((2, 1)), ert.zeros(3))]
     [(2, 3), (2, 3)]
     """
-    tensors = [_as_tensor(a) for a in arrays]
+    tensors = [as_tensor(a) for a in arrays]
     try:
         shape = broadcast_shapes(*(t.shape for t in tensors)) if tensors else ()
     except UsageError as exc:
@@ -475,7 +467,7 @@ def broadcast_arrays(*arrays: Any) -> list[Tensor]:
 def _concat_rule(*xs: Any, axis: int | None = 0) -> tuple[tuple[int, ...], np.dtype[Any]]:
     if not xs:
         raise ValueError("concat needs at least one tensor")
-    xs = tuple(_need_tensor("concat", x) for x in xs)
+    xs = tuple(need_tensor("concat", x) for x in xs)
     dtype = np.result_type(*(x.dtype for x in xs))
     if axis is None:
         return (sum(x.size for x in xs),), dtype
@@ -521,7 +513,7 @@ def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Tensor:
 def _stack_rule(*xs: Any, axis: int = 0) -> tuple[tuple[int, ...], np.dtype[Any]]:
     if not xs:
         raise ValueError("stack needs at least one tensor")
-    xs = tuple(_need_tensor("stack", x) for x in xs)
+    xs = tuple(need_tensor("stack", x) for x in xs)
     first = xs[0]
     for x in xs[1:]:
         if x.shape != first.shape:
@@ -554,13 +546,11 @@ def unstack(x: Any, /, *, axis: int = 0) -> tuple[Tensor, ...]:
     >>> [t.tolist() for t in ert.unstack(ert.arange(4).reshape((2, 2)), axis=1)]
     [[0, 2], [1, 3]]
     """
-    x = _as_tensor(x)
+    x = as_tensor(x)
     try:
         ax = normalize_axis(axis, x.ndim)
     except UsageError as exc:
         raise call_error(type(exc), "unstack", (x,), {"axis": axis}, str(exc)) from None
-    from .indexing import getitem  # indexing builds on this module
-
     lead = (slice(None),) * ax
     return tuple(getitem(x, index=(*lead, i)) for i in range(x.shape[ax]))
 
@@ -574,14 +564,12 @@ def split(x: Any, indices_or_sections: int | Sequence[int], axis: int = 0) -> li
     >>> [p.shape for p in ert.split(ert.arange(6), [1, 4])]
     [(1,), (3,), (2,)]
     """
-    x = _as_tensor(x)
+    x = as_tensor(x)
     static = {"indices_or_sections": indices_or_sections, "axis": axis}
     try:
         bounds, ax = _split_bounds(x, indices_or_sections, axis)
     except UsageError as exc:
         raise call_error(type(exc), "split", (x,), static, str(exc)) from None
-    from .indexing import getitem  # indexing builds on this module
-
     lead = (slice(None),) * ax
     return [getitem(x, index=(*lead, slice(a, b))) for a, b in bounds]
 
@@ -606,7 +594,7 @@ def _split_bounds(
 
 # -- dtype ---------------------------------------------------------------------------
 def _astype_rule(x: Any, dtype: Any, copy: bool = True) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    x = _need_tensor("astype", x)
+    x = need_tensor("astype", x)
     return x.shape, to_dtype(dtype)
 
 
@@ -627,10 +615,7 @@ def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> T
     [1, -1]
     """
     try:  # name the op: these errors are raised before it is made
-        if type(x) is not Tensor:
-            from .creation import asarray
-
-            x = asarray(x)
+        x = as_tensor(x)
         same = not copy and to_dtype(dtype) == x.dtype
     except DTypeError as e:
         raise DTypeError(f"astype: {e}") from None

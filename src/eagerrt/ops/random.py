@@ -21,9 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.config import config
-from .._core.errors import ArgumentError, DTypeError
-from .._core.forking import renew_after_fork
+from .._core import ArgumentError, DTypeError, config, renew_after_fork
 from ..devices.base import Device
 from ..tensor import Tensor
 from . import registry

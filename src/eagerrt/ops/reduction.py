@@ -25,11 +25,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .._core.config import config
-from .._core.errors import ArgumentError, ShapeError, UsageError
+from .._core import ArgumentError, ShapeError, UsageError, config
 from ..tensor import Tensor
 from ._rules import as_array, normalize_axes, normalize_axis, to_dtype
+from .manipulation import broadcast_to, concat
 from .registry import GENERIC, Op, call_error, define_op, exposes
+from .wrap import as_tensor
 
 __all__ = [
     "all",
@@ -427,10 +428,7 @@ def diff(
     >>> ert.diff(ert.asarray([1, 4, 9]), n=2, prepend=ert.asarray([0])).numpy()
     array([2, 2])
     """
-    from .creation import asarray
-    from .manipulation import broadcast_to, concat
-
-    x = x if type(x) is Tensor else asarray(x)
+    x = as_tensor(x)
     static = {"axis": axis, "n": n}
     try:
         if x.ndim == 0:
@@ -449,7 +447,7 @@ def diff(
         if end is None:
             parts.append(None)
             continue
-        end = end if type(end) is Tensor else asarray(end)
+        end = as_tensor(end)
         if end.ndim == 0:  # a scalar end is one slice of x's shape, as numpy does
             end = broadcast_to(end, (*x.shape[:ax], 1, *x.shape[ax + 1 :]))
         parts.append(end)

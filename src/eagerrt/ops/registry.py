@@ -39,26 +39,37 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .._core import float_errors, profiling
-from .._core.async_value import ERROR, PENDING, READY
-from .._core.config import config
-from .._core.errors import (
+from .._core import (
+    ERROR,
+    PENDING,
+    READY,
     DeviceError,
     DTypeError,
     Failure,
     OutOfBoundsError,
     ShapeError,
     SourceLine,
+    Task,
+    TracingError,
     UsageError,
     ValueRangeError,
+    caller_modes,
+    config,
+    count_inline,
+    float_errors,
+    profiling,
+    register_runner,
+    run_here,
+    run_under,
+    schedule,
+    schedule_read,
+    stop_counting_as_busy,
     user_line,
 )
-from .._core.float_errors import caller_modes, register_runner, run_here, run_under
-from .._core.scheduler import Task, count_inline, schedule
-from .._core.workers import stop_counting_as_busy
 from ..devices import cpu, get_device
 from ..devices.base import Device, on_device_closed
-from ..tensor import TRACED, Tensor, schedule_read
+from ..tensor import TRACED, Tensor
+from .wrap import wrap
 
 __all__ = [
     "GENERIC",
@@ -105,8 +116,6 @@ def set_trace_recorder(recorder: Callable[..., Tensor], is_tracing: Callable[[],
 
 def _untraceable(name: str) -> Exception:
     """The error for a traced tensor reaching code that needs its data now."""
-    from .._core.errors import TracingError
-
     return TracingError(
         f"{name} can't be traced by ert.function: it needs its operands' data at the "
         f"call, which a traced tensor doesn't have\n  at {user_line()}\n"
@@ -486,15 +495,13 @@ class Op:
     def _convert_args(
         self, args: tuple[Any, ...], static: dict[str, Any], scalars_ok: bool
     ) -> tuple[Any, ...]:
-        from .creation import asarray
-
         out = []
         for a in args:
             if type(a) is Tensor or (scalars_ok and isinstance(a, _SCALAR_TYPES)):
                 out.append(a)
                 continue
             try:
-                out.append(asarray(a))
+                out.append(wrap(a))
             except UsageError as exc:
                 raise call_error(
                     DTypeError,

@@ -19,20 +19,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._core.config import config
-from .._core.errors import ShapeError
+from .._core import ShapeError, config
 from ..tensor import Tensor
 from ._rules import as_array, foreign_array, normalize_axes
-from .creation import asarray
 from .registry import GENERIC, call_error, define_op
+from .wrap import as_tensor, wrap
 
 __all__ = ["count_nonzero", "nonzero", "searchsorted"]
 
 _INT64 = np.dtype(np.int64)
-
-
-def _as_tensor(x: Any) -> Tensor:
-    return x if type(x) is Tensor else asarray(x)
 
 
 # -- count_nonzero ---------------------------------------------------------------------
@@ -92,12 +87,12 @@ def nonzero(x: Any, /) -> tuple[Tensor, ...]:
     >>> rows.numpy(), cols.numpy()
     (array([0, 1]), array([0, 1]))
     """
-    x = _as_tensor(x)
+    x = as_tensor(x)
     if x.ndim == 0:
         raise call_error(ShapeError, "nonzero", (x,), {}, "nonzero of a 0-d tensor is not defined")
     data = x.numpy()  # the data-dependent shape: wait for x
     return tuple(
-        asarray(np.asarray(index, dtype=_INT64), device=x.device) for index in np.nonzero(data)
+        wrap(np.asarray(index, dtype=_INT64), device=x.device) for index in np.nonzero(data)
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._core.config import config
+from .._core import config
 from ..tensor import Tensor
 from ._rules import as_array, foreign_array, normalize_axis
 from .registry import GENERIC, define_op

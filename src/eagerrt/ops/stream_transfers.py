@@ -18,9 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from .._core.async_value import ERROR, PENDING, READY, AsyncValue
-from .._core.errors import Failure, SourceLine, user_line
-from .._core.scheduler import Task, schedule
+from .._core import (
+    ERROR,
+    PENDING,
+    READY,
+    AsyncValue,
+    Failure,
+    SourceLine,
+    Task,
+    schedule,
+    user_line,
+)
 from ..devices import cpu
 from ..devices.base import Device
 from ..tensor import Tensor

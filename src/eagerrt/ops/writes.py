@@ -33,16 +33,15 @@ import sys
 import threading
 import time
 import types
-from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._core import float_errors, profiling
-from .._core.async_value import ERROR, PENDING, READY, AsyncValue, _transition_lock
-from .._core.config import config
-from .._core.errors import (
+from .._core import (
+    ERROR,
+    PENDING,
+    READY,
     DeviceError,
     DTypeError,
     OutOfBoundsError,
@@ -50,16 +49,23 @@ from .._core.errors import (
     TracingError,
     UsageError,
     ValueRangeError,
+    caller_modes,
+    config,
+    float_errors,
+    forget_outstanding,
+    profiling,
+    register_runner,
+    renew_after_fork,
+    run_here,
+    schedule,
     user_line,
 )
-from .._core.float_errors import caller_modes, register_runner, run_here
-from .._core.forking import renew_after_fork
-from .._core.scheduler import _outstanding, schedule
 from ..tensor import TRACED, Tensor, host_lock
 from . import registry
 from ._rules import broadcast_shapes
-from .indexing import fill_index, indexed_shape, split_index
-from .registry import GENERIC, Op, _KernelTask, call_error, elementwise_cost
+from .indexing import fill_index, index_tensor, indexed_shape, split_index
+from .registry import GENERIC, Op, _KernelTask, call_error, define_op, elementwise_cost
+from .wrap import wrap
 
 __all__: list[str] = []
 
@@ -84,23 +90,11 @@ def setitem(t: Tensor, key: Any, value: Any, /) -> None:
         operands: list[Tensor] = []
     else:
         try:
-            template, operands = split_index(index)
+            template, operands = split_index(index, t.device)  # the index on t's device
         except DTypeError as exc:
             raise call_error(DTypeError, "setitem", (t,), {"index": index}, str(exc)) from None
-    device = t.device
-    if not device.generic_kernels and not device.completes_at_enqueue:
-        # The assignment is numpy indexing: a device's own array type has none.
-        raise call_error(
-            DeviceError,
-            "setitem",
-            (t,),
-            {"index": index},
-            f"writes by index need numpy-like arrays, and {device.name}'s are its own; "
-            "make a new tensor instead (ert.where, arithmetic), or write on the host: "
-            "t.to('cpu')",
-        )
     value = _check_value(t, template, operands, value, index)
-    write(t, "setitem", _assign, value, operands, template=template)
+    write(t, "setitem", _setitem, value, operands, template=template)
 
 
 def replace(t: Tensor, result: Tensor, op: str) -> Tensor:
@@ -115,7 +109,7 @@ def replace(t: Tensor, result: Tensor, op: str) -> Tensor:
             "in-place operator can't change a tensor's shape",
         )
     _check_cast(t, result.dtype, op, (t, result))
-    write(t, op, _replace, result, [])
+    write(t, op, _assign, result, [])
     return t
 
 
@@ -155,10 +149,8 @@ def _check_value(
                 )
     else:
         if type(value) is not Tensor:
-            from .creation import asarray
-
             try:
-                value = asarray(value)
+                value = wrap(value, device=t.device)
             except UsageError as exc:
                 raise call_error(DTypeError, "setitem", args, static, str(exc)) from None
         if value.device is not t.device:
@@ -188,7 +180,11 @@ def _check_value(
     return value
 
 
-def _assign(old: Any, value: Any, *arrays: Any, template: tuple[Any, ...]) -> Any:
+def _same_as_target(target: Any, *_: Any, **__: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    return target.shape, target.dtype
+
+
+def _setitem_generic(old: Any, value: Any, *arrays: Any, template: tuple[Any, ...]) -> Any:
     # A 0-d result may be a numpy scalar (numpy's ops give those), which takes no
     # item assignment: its copy as a 0-d array does.
     new = np.array(old) if isinstance(old, np.generic) else old.copy()
@@ -196,42 +192,75 @@ def _assign(old: Any, value: Any, *arrays: Any, template: tuple[Any, ...]) -> An
     return new
 
 
-def _replace(old: Any, value: Any) -> Any:
+def _assign_generic(old: Any, value: Any) -> Any:
     return value if value.dtype == old.dtype else value.astype(old.dtype)
+
+
+# Writes are ops a device gives kernels to, like any other
+# (``ert.get_op("setitem").register_kernel("mydev", kernel)``). A write kernel
+# returns the tensor's next version as a new array, never changing ``old``
+# (earlier versions may still be read); the generic ones use numpy's API.
+_setitem = define_op(
+    "setitem",
+    _same_as_target,
+    doc="``t[index] = value`` as a write's kernel sees it: ``setitem(old, value, "
+    "*index_arrays, template=...)`` is the next version, ``value`` at the index "
+    "(``template`` holds the index, the index arrays in its slots).",
+)
+_setitem.register_kernel(GENERIC, _setitem_generic)
+_assign = define_op(
+    "assign",
+    _same_as_target,
+    doc="A write of a whole tensor (``t += x``) as its kernel sees it: "
+    "``assign(old, value)`` is the next version, ``value`` in ``old``'s dtype.",
+)
+_assign.register_kernel(GENERIC, _assign_generic)
 
 
 def write(
     t: Tensor,
     name: str,
-    kernel: Callable[..., Any],
+    op: Op,
     value: Any,
     operands: list[Tensor],
     **static: Any,
 ) -> None:
-    """Give ``t`` the version ``kernel(old, value, *operands, **static)``,
-    ordered after every earlier reader of ``t`` and before every later one;
-    through a view, its base too (:func:`_through_view`)."""
+    """Give ``t`` the version ``op``'s kernel for ``t``'s device makes of
+    ``(old, value, *operands, **static)``, ordered after every earlier reader
+    of ``t`` and before every later one; through a view, its base too
+    (:func:`_through_view`). ``name`` names the write in errors and profiles."""
     _refuse_stream_device(t, name, value)
+    try:
+        kernel = op._kernel_for(t.device)
+    except DeviceError as exc:
+        raise call_error(DeviceError, name, (t, value), static, str(exc)) from None
     if config.sync_active:  # wait before taking the lock: a kernel may issue writes
         for v in (t, value, *operands, *[r.result for r in list(getattr(t, "_readers", ()))]):
             if type(v) is Tensor and v._state == PENDING:
                 v.wait()
+    w = _Write(t, name, kernel, value, operands, static)
     with _write_lock:
         if getattr(t, "_view_of", None) is not None:
-            _through_view(t, name, kernel, value, operands, static)
+            _through_view(w)
         else:
-            _write(t, name, kernel, value, operands, static)
+            _write(w)
         t._writes = getattr(t, "_writes", 0) + 1
 
 
-def _through_view(
-    t: Tensor,
-    name: str,
-    kernel: Callable[..., Any],
-    value: Any,
-    operands: list[Tensor],
-    static: dict[str, Any],
-) -> None:
+class _Write(NamedTuple):
+    """One write, as the steps below pass it on: ``t``'s next version is
+    ``kernel(old, value, *operands, **static)``; ``name`` names the write in
+    errors and profiles."""
+
+    t: Tensor
+    name: str
+    kernel: Callable[..., Any]
+    value: Any
+    operands: list[Tensor]
+    static: dict[str, Any]
+
+
+def _through_view(w: _Write) -> None:
     """A write to ``t``, a basic-index view of ``base``, reaches ``base`` (as
     numpy's and array_api_strict's do: scikit-learn adds to a covariance's
     diagonal through a view). If ``base`` was written since ``t`` last matched
@@ -240,9 +269,10 @@ def _through_view(
     (a write of ``base``, itself propagated if ``base`` is a view). Each is an
     ordinary ordered write: pending values on either side wait as usual.
     Writes to ``base`` don't reach its views (value semantics)."""
+    t = w.t
     _refresh_view(t)
     base, index, _ = t._view_of
-    _write(t, name, kernel, value, operands, static)
+    _write(w)
     setitem(base, index, t)
     t._view_of = (base, index, base._writes)
 
@@ -257,9 +287,7 @@ def _refresh_view(t: Tensor) -> None:
     base, index, seen = view
     if getattr(base, "_writes", 0) == seen:
         return
-    from .indexing import index_tensor
-
-    _write(t, "view", _replace, index_tensor(base, index), [], {})
+    _write(_Write(t, "view", _assign._kernel_for(t.device), index_tensor(base, index), [], {}))
     t._view_of = (base, index, base._writes)
     t._writes = getattr(t, "_writes", 0) + 1
 
@@ -366,18 +394,12 @@ def _refuse_stream_device(t: Tensor, op: str, value: Any) -> None:
         )
 
 
-def _write(
-    t: Tensor,
-    name: str,
-    kernel: Callable[..., Any],
-    value: Any,
-    operands: list[Tensor],
-    static: dict[str, Any],
-) -> None:
+def _write(w: _Write) -> None:
+    t, name, kernel, value, operands, static = w
     if t._state == TRACED or any(
         type(o) is Tensor and o._state == TRACED for o in (value, *operands)
     ):
-        _trace_write(t, name, kernel, value, operands, static)
+        _trace_write(w)
         return
     if t._state == ERROR:
         return  # a failed tensor stays failed: its readers learn why on await
@@ -398,9 +420,9 @@ def _write(
     recording = profiling.active  # read once: another thread may stop it
     if t._state == READY and not waits and not failed and fits_inline:
         if recording is not None:
-            _write_now_recorded(recording, t, name, kernel, value, operands, static)
+            _write_now_recorded(recording, w)
         else:
-            _write_now(t, name, kernel, value, operands, static)
+            _write_now(w)
         return
     task = _WriteTask(t, cost, t.device.executor)
     task.args = (t, value, *operands)
@@ -415,32 +437,16 @@ def _write(
         task.compute = recording.launched(
             name, t.device.name, task.compute, (value, *operands, t), t, task.site, cost
         )
-    with _transition_lock:
-        failed_meanwhile = t._state == ERROR
-        if failed_meanwhile:
-            # Its producer failed on another thread since the check above: a
-            # failed tensor stays failed (made pending again, this write would
-            # run its kernel on the failure).
-            pass
-        elif t._state == PENDING:
-            # The version before this write is still to come: its readers (the
-            # waiters so far) move to a hold that completes with it.
-            hold = AsyncValue()
-            hold._waiters = t._waiters
-            t._waiters = None
-            holds = getattr(t, "_holds", None)
-            if holds is None:
-                holds = t._holds = deque()
-            holds.append(hold)
-            waits.append(hold)
-        else:  # ready: pending again until this write is done
-            t._state = PENDING
-            t._waiters = None
-    if failed_meanwhile:
+    started, wait_for = t._begin_version()
+    if not started:
+        # Its producer failed on another thread since the check above: a
+        # failed tensor stays failed.
         for o in inputs:
             if o is not t:
                 o._untrack_reader(task)
         return
+    if wait_for is not None:
+        waits.append(wait_for)
     t._forget_host()
     schedule(task, waits)
 
@@ -448,17 +454,11 @@ def _write(
 _write_ops: dict[tuple[str, Callable[..., Any]], Op] = {}
 
 
-def _trace_write(
-    t: Tensor,
-    name: str,
-    kernel: Callable[..., Any],
-    value: Any,
-    operands: list[Tensor],
-    static: dict[str, Any],
-) -> None:
+def _trace_write(w: _Write) -> None:
     """Inside ``ert.function``: the write becomes a node computing the new
     version, and ``t`` (a traced tensor) stands for it from now on. Earlier
     reads recorded the old version, so the graph keeps the write's ordering."""
+    t, name, kernel, value, operands, static = w
     if t._state != TRACED:
         raise TracingError(
             f"{name}: writing a traced value into a tensor made outside the compiled "
@@ -476,18 +476,8 @@ def _trace_write(
     t._value = new._value
 
 
-def _same_as_target(target: Any, *_: Any, **__: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    return target.shape, target.dtype
-
-
-def _write_now(
-    t: Tensor,
-    name: str,
-    kernel: Callable[..., Any],
-    value: Any,
-    operands: list[Tensor],
-    static: dict[str, Any],
-) -> None:
+def _write_now(w: _Write) -> None:
+    t, name, kernel, value, operands, static = w
     native = value._value if type(value) is Tensor else value
     try:
         new = run_here(lambda: kernel(t._value, native, *[o._value for o in operands], **static))
@@ -499,30 +489,23 @@ def _write_now(
     t._forget_host()
 
 
-def _write_now_recorded(
-    recording: profiling.Recording,
-    t: Tensor,
-    name: str,
-    kernel: Callable[..., Any],
-    value: Any,
-    operands: list[Tensor],
-    static: dict[str, Any],
-) -> None:
+def _write_now_recorded(recording: profiling.Recording, w: _Write) -> None:
     """:func:`_write_now`, recorded: its inputs are the value (and index
     tensors) and ``t``'s old version; later readers of ``t`` depend on it."""
+    t = w.t
     start = time.perf_counter_ns()
     failed = True
     try:
-        _write_now(t, name, kernel, value, operands, static)
+        _write_now(w)
         failed = False
     finally:
         recording.record(
-            name,
+            w.name,
             device=t.device.name,
             start_ns=start,
             end_ns=time.perf_counter_ns(),
             source=user_line(),
-            inputs=(value, *operands, t),
+            inputs=(w.value, *w.operands, t),
             outputs=() if failed else (t,),
             failed=failed,
         )
@@ -545,7 +528,7 @@ class _WriteTask(_KernelTask):
         finally:
             # Another write may keep the tensor pending: then it stays outstanding.
             if self.result._state != PENDING:
-                _outstanding.pop(id(self.result), None)
+                forget_outstanding(self.result)
 
 
 # A numeric warning of a write run at its call names the op, at the user's line.

@@ -12,13 +12,12 @@ from ...ops.nn.activation import softmax_numpy
 from ...ops.nn.common import FLOATS
 from ...ops.nn.loss import cross_entropy_kernel
 from ...ops.registry import GENERIC, get_op
+from .numba_kernels import gelu_erf, softmax_last_axis
 
 
 def log_softmax_last(x: np.ndarray, log: bool) -> np.ndarray:
     """(Log-)softmax over the last axis: the fused numba pass for floats."""
     if x.dtype in FLOATS and x.shape[-1] >= 16 and x.size:
-        from .numba_kernels import softmax_last_axis
-
         return softmax_last_axis(x, log)
     return softmax_numpy(x, -1, log)
 
@@ -44,8 +43,6 @@ def _gelu_on_cpu(x: Any, approximate: str = "none") -> Any:
     x = as_float(x)
     if approximate == "tanh":
         return _gelu_generic(x, approximate)
-    from .numba_kernels import gelu_erf
-
     if x.dtype == np.float16:  # numba has no float16: compute wider, round back
         return gelu_erf(x.astype(np.float32)).astype(np.float16)
     return gelu_erf(x)

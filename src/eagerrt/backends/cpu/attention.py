@@ -9,11 +9,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..._core.config import config
+from ..._core import config
 from ...ops.nn.attention import AttentionGeometry, attention_geometry
 from ...ops.nn.common import Shape
 from ...ops.registry import get_op
-from . import blas, threads
+from . import blas, numba_nn, shared_pool, threads
 
 #: Scores per block of (batch, head) pairs: float32 blocks of about 1 MB, so a
 #: block stays in cache from its first matmul through softmax to the second;
@@ -55,11 +55,9 @@ def _block(x: np.ndarray | _Heads, c0: int, c1: int, scratch: np.ndarray | None)
     """Pairs [c0, c1) of an :func:`_as_batch` result as a (c1 - c0, rows, cols) array."""
     if not isinstance(x, _Heads):
         return x[c0:c1]
-    from .numba_nn import gather_heads
-
     assert scratch is not None
     out = scratch[: c1 - c0]
-    gather_heads(x.view, c0, out)
+    numba_nn.gather_heads(x.view, c0, out)
     return out
 
 
@@ -107,8 +105,6 @@ def _attend(
     BLAS can't be told so, and measured faster than whole heads (3.1-3.5 vs
     3.7-5.1 ms here) even where it can. ``single`` (whether BLAS was told) is
     not needed."""
-    from .numba_nn import attention_softmax, mask_keys, transpose_scaled
-
     n, length = out.shape[:2]
     source, embed = (kb.view if isinstance(kb, _Heads) else kb).shape[-2:]
     dtype = out.dtype
@@ -120,16 +116,16 @@ def _attend(
     for unit in units:
         c0, c1 = unit * step, min(n, (unit + 1) * step)
         s, kt = scores[: c1 - c0], keys[: c1 - c0]
-        transpose_scaled(_block(kb, c0, c1, buffers[1]), kt, scale)
+        numba_nn.transpose_scaled(_block(kb, c0, c1, buffers[1]), kt, scale)
         threads.one_thread_matmul(_block(qb, c0, c1, buffers[0]), kt, s)
         if isinstance(masks, _KeyMask):
-            mask_keys(s, masks.masked, c0, masks.heads)
+            numba_nn.mask_keys(s, masks.masked, c0, masks.heads)
         elif masks is not None:
             if masks.dtype == np.bool_:  # masks holds True where attention is masked out
                 np.copyto(s, neg_inf, where=masks[c0:c1])
             else:
                 s += masks[c0:c1]
-        attention_softmax(s, is_causal)
+        numba_nn.attention_softmax(s, is_causal)
         threads.one_thread_matmul(s, _block(vb, c0, c1, buffers[2]), out[c0:c1])
 
 
@@ -145,28 +141,20 @@ def _as_4d(x: np.ndarray, lead: Shape, shape: Shape) -> np.ndarray:
     return np.broadcast_to(x.reshape(*lead, *x.shape) if lead else x, shape)
 
 
-class _PoolAttention:
-    """Attention by :func:`_numba_nn.attention_heads` for one geometry and
+class _PoolAttention(shared_pool.PoolKernel):
+    """Attention by :func:`numba_nn.attention_heads` for one geometry and
     dtype, its (batch, head) pairs shared with MKL's oneTBB workers, reading
     q, k and v where they lie and writing into ``into`` where it lies. What
     hangs on shapes and dtypes alone is checked once (:func:`_pool_attention`);
     a call checks what the arrays bring: the mask's values, layouts BLAS can't
     step through, overlapping memory. Graph mode makes one per attention when
-    its plan is made (:func:`sdpa_out_form`): Python between kernels is slow
-    (see :class:`_PooledConv`)."""
+    its plan is made (:func:`sdpa_out_form`)."""
 
     def __init__(
         self, g: AttentionGeometry, dtype: np.dtype[Any], scale: float, is_causal: bool
     ) -> None:
-        from . import shared_pool
-        from .numba_nn import attention_heads
-
-        address = blas.gemm_address(dtype)
-        assert address is not None  # _pool_attention checked
-        self.address = address
-        self.kernel = attention_heads
-        self.claim_threads = shared_pool.claim_threads
-        self.threads = shared_pool.pool_threads()
+        super().__init__(dtype)
+        self.kernel = numba_nn.attention_heads
         self.g, self.dtype, self.is_causal = g, dtype, is_causal
         self.scale = dtype.type(scale)
         # Everything as (B, H, rows, cols) views: broadcast batch axes get stride 0.
@@ -214,7 +202,7 @@ class _PoolAttention:
             return None
         if any(np.may_share_memory(out4, x) for x in (q4, k4, v4)):
             return None
-        if not self.claim_threads(threads.cores_taken(), self.threads):
+        if self.claim() is None:
             return None
         self.kernel(self.address, q4, k4, v4, out4, self.scale, self.g.kv_repeat, masked,
                     self.is_causal)  # fmt: skip
@@ -228,8 +216,6 @@ def _pool_attention(
     or None where it can't run: no shared pool (:func:`shared_pool.ready`),
     more than two batch axes, other dtypes than one of float32 and float64,
     sizes past MKL's 32-bit ints."""
-    from . import shared_pool
-
     dtype = dtypes[0]
     if len(g.batch) > 2 or dtype not in (np.float32, np.float64) or len(set(dtypes)) != 1:
         return None
@@ -238,22 +224,6 @@ def _pool_attention(
     if not shared_pool.ready() or blas.gemm_address(dtype) is None:
         return None
     return _PoolAttention(g, dtype, scale, is_causal)
-
-
-def _attention_on_pool(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    mask: np.ndarray | None,
-    into: np.ndarray | None,
-    is_causal: bool,
-    scale: float,
-    g: AttentionGeometry,
-) -> np.ndarray | None:
-    """An eager call's attention by :class:`_PoolAttention`; None (nothing done)
-    where it does not cover the call."""
-    pool = _pool_attention(g, (q.dtype, k.dtype, v.dtype), scale, is_causal)
-    return None if pool is None else pool(q, k, v, mask, into)
 
 
 def sdpa_out_form(
@@ -309,7 +279,8 @@ def _attention(
     """The attention kernel; into ``into`` (the result's shape) when given."""
     g = attention_geometry(q, k, v, mask, is_causal, enable_gqa)
     scale = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
-    done = _attention_on_pool(q, k, v, mask, into, is_causal, scale, g)
+    pool = _pool_attention(g, (q.dtype, k.dtype, v.dtype), scale, is_causal)
+    done = None if pool is None else pool(q, k, v, mask, into)
     if done is not None:
         return done
     qb = _as_batch(q, g.batch, 1)

@@ -33,9 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.config import config
-from ..._core.errors import EagerError
-from ..._core.forking import renew_after_fork
+from ..._core import EagerError, config, renew_after_fork
 
 __all__ = [
     "MKLMissingError",

@@ -38,6 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from ...ops.elementwise import BINARY_UFUNCS, UNARY_UFUNCS
+from ...ops.erf_rational import INV_SQRT2, erf_source_lines
+
 __all__ = [
     "HEADER",
     "Operand",
@@ -205,24 +208,22 @@ def _arith(symbol: str, bool_form: str | None = None) -> Template:
     return emit
 
 
-def _floor_divide(k: str, T: str, a: str, b: str) -> str | None:
-    if k == "i":  # numpy: x // 0 is 0; MIN // -1 wraps to MIN
-        return f"({T}(0) if {b} == 0 else ({T}(-{a}) if {b} == -1 else {T}({a} // {b})))"
-    if k == "u":
-        return f"({T}(0) if {b} == 0 else {T}({a} // {b}))"
-    if k == "f":
-        return f"_floordiv_{T[3:]}({a}, {b})"
-    return None
+def _division(symbol: str, by_minus_one: str, helper: str) -> Template:
+    """numpy's ``a // b`` or ``a % b`` (``symbol``): for integers 0 where ``b``
+    is 0, ``by_minus_one`` (of ``T`` and ``a``) where a signed ``b`` is -1
+    (``MIN // -1`` wraps to MIN), for floats the generated ``helper``."""
 
+    def emit(k: str, T: str, a: str, b: str) -> str | None:
+        if k == "f":
+            return f"{helper}_{T[3:]}({a}, {b})"
+        if k not in ("i", "u"):
+            return None
+        result = f"{T}({a} {symbol} {b})"
+        if k == "i":
+            result = f"({by_minus_one.format(T=T, a=a)} if {b} == -1 else {result})"
+        return f"({T}(0) if {b} == 0 else {result})"
 
-def _remainder(k: str, T: str, a: str, b: str) -> str | None:
-    if k == "i":
-        return f"({T}(0) if ({b} == 0 or {b} == -1) else {T}({a} % {b}))"
-    if k == "u":
-        return f"({T}(0) if {b} == 0 else {T}({a} % {b}))"
-    if k == "f":
-        return f"_remainder_{T[3:]}({a}, {b})"
-    return None
+    return emit
 
 
 def _power(k: str, T: str, a: str, b: str) -> str | None:
@@ -282,8 +283,8 @@ BINARY_TEMPLATES: dict[str, Template] = {
     "subtract": _arith("-"),
     "multiply": _arith("*", "({a} and {b})"),
     "divide": lambda k, T, a, b: f"{T}({a} / {b})" if k == "f" else None,
-    "floor_divide": _floor_divide,
-    "remainder": _remainder,
+    "floor_divide": _division("//", "{T}(-{a})", "_floordiv"),
+    "remainder": _division("%", "{T}(0)", "_remainder"),
     "power": _power,
     "maximum": _extreme(">"),
     "minimum": _extreme("<"),
@@ -487,13 +488,14 @@ class ScalarEmitter:
                 return None
             if not isinstance(o.kind, np.dtype) and o.kind not in _ARG_DTYPE:
                 return None
-        emit = _SPECIAL.get(name)
-        if emit is not None:
+        special = _SPECIAL.get(name)
+        if special is not None:
+            count, keys, emit = special
+            if len(operands) != count or not static.keys() <= keys:
+                return None
             return emit(self, operands, static, out_dtype)
         if static:
             return None
-        from ...ops.elementwise import BINARY_UFUNCS, UNARY_UFUNCS
-
         entry = UNARY_UFUNCS.get(name) or BINARY_UFUNCS.get(name)
         if entry is None or entry[0].nin != len(operands):
             return None
@@ -537,8 +539,6 @@ class ScalarEmitter:
 def _relu(
     e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
 ) -> Operand | None:
-    if static or len(ops) != 1:
-        return None
     return e.ufunc("maximum", np.maximum, [ops[0], Operand("0", int, 0)], out)
 
 
@@ -546,7 +546,7 @@ def _sigmoid_like(times_x: bool) -> Any:
     def emit(
         e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
     ) -> Operand | None:
-        x = e._float_input(ops[0], out) if len(ops) == 1 and not static else None
+        x = e._float_input(ops[0], out)
         if x is None:
             return None
         T = _T(out)
@@ -563,8 +563,6 @@ def _gelu(
     e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
 ) -> Operand | None:
     approximate = static.get("approximate", "none")
-    if len(ops) != 1 or set(static) - {"approximate"}:
-        return None
     x = e._float_input(ops[0], out)
     if x is None:
         return None
@@ -580,8 +578,6 @@ def _gelu(
         return None
     if out == np.float32:
         # As the eager numba kernel: float32 math with the vectorizable rational erf.
-        from ...ops.erf_rational import INV_SQRT2, erf_source_lines
-
         v = e._assign(f"{T}({x})", out)
         erf = f"{v.var}_erf"
         e.lines += erf_source_lines(f"{v.var} * {T}({INV_SQRT2!r})", erf, erf, T)
@@ -593,8 +589,6 @@ def _gelu(
 def _softplus(
     e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
 ) -> Operand | None:
-    if len(ops) != 1 or set(static) - {"beta", "threshold"}:
-        return None
     beta, threshold = static.get("beta", 1.0), static.get("threshold", 20.0)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (beta, threshold)):
         return None
@@ -613,8 +607,6 @@ def _softplus(
 def _where(
     e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
 ) -> Operand | None:
-    if len(ops) != 3 or static:
-        return None
     cond, x, y = ops
     if any(o.value is not None and not _fits(o.value, out) for o in (x, y)):
         return None
@@ -625,7 +617,7 @@ def _where(
 def _clip(
     e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
 ) -> Operand | None:
-    if len(ops) != 3 or static or any(o.value is not None and not _fits(o.value, out) for o in ops):
+    if any(o.value is not None and not _fits(o.value, out) for o in ops):
         return None
     x, lo, hi = (_cast(o.var, o.kind, out) for o in ops)
     if out.kind == "f":  # numpy's clip: a nan x stays; a nan bound wins otherwise
@@ -639,8 +631,6 @@ def _clip(
 def _astype(
     e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
 ) -> Operand | None:
-    if len(ops) != 1 or set(static) - {"dtype", "copy"}:
-        return None
     (x,) = ops
     src = _numba_dtype(x.kind)
     # Float to integer casts of nan, inf or out-of-range values are undefined in
@@ -653,21 +643,21 @@ def _astype(
 def _reciprocal(
     e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
 ) -> Operand | None:
-    if len(ops) != 1 or static:
-        return None
     return e.ufunc("divide", np.divide, [Operand("1.0", float, 1.0), ops[0]], out)
 
 
-_SPECIAL: dict[str, Callable[..., Operand | None]] = {
-    "relu": _relu,
-    "sigmoid": _sigmoid_like(times_x=False),
-    "silu": _sigmoid_like(times_x=True),
-    "gelu": _gelu,
-    "softplus": _softplus,
-    "where": _where,
-    "clip": _clip,
-    "astype": _astype,
-    "reciprocal": _reciprocal,
+#: Ops with a scalar form of their own: (their operand count, the static
+#: arguments the form understands, its emitter); other calls are not fused.
+_SPECIAL: dict[str, tuple[int, set[str], Callable[..., Operand | None]]] = {
+    "relu": (1, set(), _relu),
+    "sigmoid": (1, set(), _sigmoid_like(times_x=False)),
+    "silu": (1, set(), _sigmoid_like(times_x=True)),
+    "gelu": (1, {"approximate"}, _gelu),
+    "softplus": (1, {"beta", "threshold"}, _softplus),
+    "where": (3, set(), _where),
+    "clip": (3, set(), _clip),
+    "astype": (1, {"dtype", "copy"}, _astype),
+    "reciprocal": (1, set(), _reciprocal),
 }
 
 

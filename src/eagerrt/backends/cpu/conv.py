@@ -10,29 +10,21 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.config import config
-from ..._core.forking import renew_after_fork
+from ..._core import config, renew_after_fork
 from ...ops.nn.common import Shape, batched
 from ...ops.nn.conv import ConvGeometry, conv_geometry, conv_transpose_geometry
 from ...ops.registry import get_op
-from . import blas, threads
+from . import blas, numba_nn, shared_pool, threads
+from .numba_nn import col2im_add, im2col, winograd_input, winograd_output, winograd_weights
 
 _conv2d = get_op("conv2d")
 _conv_transpose2d = get_op("conv_transpose2d")
 
 
 def _conv2d_kernel(
-    x: np.ndarray,
-    weight: np.ndarray,
-    bias: np.ndarray | None = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, **options: Any
 ) -> np.ndarray:
-    g = conv_geometry(x, weight, bias, stride, padding, dilation, groups)
-    return _conv2d_run(x, weight, bias, g, None)
+    return _conv2d_run(x, weight, bias, conv_geometry(x, weight, bias, **options), None)
 
 
 def _conv2d_run(
@@ -139,40 +131,28 @@ _SPLIT_FLOPS = 2e7
 _POOL_FLOPS = 1e6
 
 
-class _PooledConv:
+class _PooledConv(shared_pool.PoolKernel):
     """A convolution as one numba parallel loop on MKL's oneTBB workers
-    (:mod:`eagerrt.ops._shared_pool`), set up once: graph mode sets one up when
-    the plan is made, so a call is a few checks and the kernel's.
+    (:mod:`eagerrt.backends.cpu.shared_pool`), set up once: graph mode sets
+    one up when the plan is made.
 
-    Winograd runs :func:`_numba_nn.winograd_on_pool`, one image's tile rows cut
+    Winograd runs :func:`numba_nn.winograd_on_pool`, one image's tile rows cut
     into a block per thread at least, each block's transforms and 16 products
     on one core (measured 64x64x32x32: 230 against 510 us with the transforms
     on this thread and the products on MKL's threads, short products that wait
     on each other 16 times a block). Other convolutions of one image run
-    :func:`_numba_nn.gathered_on_pool`, im2col split by channels and the
+    :func:`numba_nn.gathered_on_pool`, im2col split by channels and the
     product by output channels (512x512x4x4: 350 against 415 us; a 1x1
     256->512 at stride 2: 45 against 86 us); a batch's run
-    :func:`_numba_nn.gathered_blocks_on_pool`, blocks of images or rows. A
+    :func:`numba_nn.gathered_blocks_on_pool`, blocks of images or rows. A
     batch's blocks are those of the helper-thread forms, without their Python
     between blocks (64x64x32x32 at batch 32: 8.3 against 11.6 ms); its
-    epilogue then runs once over the whole result.
-
-    Python between kernels is slow here, its code and data evicted by the
-    kernels (a 1 us function took 5-11 us between ResNet's convolutions), so
-    the call does as little of it as it can."""
+    epilogue then runs once over the whole result."""
 
     def __init__(
         self, g: ConvGeometry, weight: np.ndarray, u: np.ndarray | None, dtype: np.dtype[Any]
     ) -> None:
-        from . import shared_pool
-        from .numba_nn import gathered_blocks_on_pool, gathered_on_pool, winograd_on_pool
-
-        address = blas.gemm_address(dtype)
-        assert address is not None  # _pooled_conv checked
-        # Looked up here, not imported on every call (Python is slow between kernels).
-        self.claim_threads = shared_pool.claim_threads
-        self.threads = shared_pool.pool_threads()
-        self.address = address
+        super().__init__(dtype)
         self.dtype = dtype
         self.zeros = np.zeros(g.o, dtype)  # the bias where there is none
         self.g = g
@@ -180,7 +160,7 @@ class _PooledConv:
         self.kernel: Any
         self.work: tuple[Shape, Shape]
         if u is not None:
-            self.kernel = winograd_on_pool
+            self.kernel = numba_nn.winograd_on_pool
             tw = (g.wo + 1) // 2
             self.tw, self.span = tw, _winograd_span(tw)
             blocks = _winograd_blocks_of(g, dtype, self.threads, _POOL_WINOGRAD_BYTES)
@@ -190,13 +170,14 @@ class _PooledConv:
             return
         self.wmat = np.ascontiguousarray(weight, dtype).reshape(g.o, -1)
         taps = self.wmat.shape[1]
+        self.window = (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)
         if g.n == 1:
-            self.kernel = gathered_on_pool
+            self.kernel = numba_nn.gathered_on_pool
             self.gather = not _plain(g)
             self.cols = (taps, g.ho * g.wo)
             self.no_cols = np.empty((0, 0), dtype)  # stands for cols where the image is them
         else:
-            self.kernel = gathered_blocks_on_pool
+            self.kernel = numba_nn.gathered_blocks_on_pool
             blocks = _gathered_blocks_of(g, dtype, self.threads)
             self.blocks = np.array(blocks, np.int64)
             width = _widest(blocks) * g.wo
@@ -211,17 +192,13 @@ class _PooledConv:
         thread alone, MKL held to it too."""
         if config.blas == "numpy" or not x.flags.c_contiguous:
             return False
-        alone = threads.cores_taken()
-        if not self.claim_threads(alone, self.threads):
+        alone = self.claim()
+        if alone is None:
             return False
-        if not alone:
+        if alone:
+            self.held(self._run, x, bias, out)
+        else:
             self._run(x, bias, out)
-            return True
-        saved = blas.hold_to_one_thread()
-        try:
-            self._run(x, bias, out)
-        finally:
-            blas.release_thread_hold(saved)
         return True
 
     def _run(self, x: np.ndarray, bias: np.ndarray | None, out: np.ndarray) -> None:
@@ -236,13 +213,13 @@ class _PooledConv:
             cols = (
                 threads.work_array("im2col", self.cols, self.dtype) if self.gather else self.no_cols
             )
-            self.kernel(self.address, x, self.wmat, b, out, cols, self.gather, g.kh, g.kw,
-                        g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, self.threads)  # fmt: skip
+            self.kernel(self.address, x, self.wmat, b, out, cols, self.gather, self.window,
+                        self.threads)  # fmt: skip
         else:
             cols = threads.work_array("im2col", self.work[0], self.dtype)
             products = threads.work_array("im2col products", self.work[1], self.dtype)
             self.kernel(self.address, x, self.wmat, b, out, self.blocks, cols, products,
-                        g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)  # fmt: skip
+                        self.window)  # fmt: skip
 
 
 def _pooled_conv(
@@ -254,8 +231,6 @@ def _pooled_conv(
     (:func:`shared_pool.ready`), a dtype BLAS doesn't take, a weight of
     another dtype, groups, or one image's im2col matrix too big for a kept
     work array."""
-    from . import shared_pool
-
     cg = g.c // g.groups
     if u is not None:
         flops = 32.0 * g.o * cg * ((g.ho + 1) // 2) * _winograd_span((g.wo + 1) // 2)
@@ -454,8 +429,6 @@ def _prepared_u(weight: np.ndarray, g: ConvGeometry) -> np.ndarray:
 
 def _winograd_u(weight: np.ndarray, g: ConvGeometry) -> np.ndarray:
     """The Winograd weights ``G g G^T``: (groups, 16, O/groups, C/groups)."""
-    from .numba_nn import winograd_weights
-
     u = np.empty((g.groups, 16, g.o // g.groups, g.c // g.groups), weight.dtype)
     winograd_weights(np.ascontiguousarray(weight), u)
     return u
@@ -476,8 +449,6 @@ def _winograd_blocks(
     of each image's part, the products, the output transform (bias added)
     straight into ``out``, then ``done``. ``single`` (whether BLAS is on this
     thread only) is not needed."""
-    from .numba_nn import winograd_input, winograd_output
-
     tw = (g.wo + 1) // 2
     og, cg = g.o // g.groups, g.c // g.groups
     span = _winograd_span(tw)
@@ -564,8 +535,6 @@ def _gathered_blocks_of(g: ConvGeometry, dtype: np.dtype[Any], least: int) -> li
 def _gather(x: np.ndarray, g: ConvGeometry, n0: int, n1: int, r0: int, r1: int) -> np.ndarray:
     """The im2col matrix of output rows [r0, r1) of images [n0, n1): (groups,
     taps, images * pixels), each image's pixels in a run of columns."""
-    from .numba_nn import im2col
-
     cg = g.c // g.groups
     span = (r1 - r0) * g.wo
     cols = threads.work_array("im2col", (g.groups, cg * g.kh * g.kw, (n1 - n0) * span), x.dtype)
@@ -642,37 +611,22 @@ _conv2d.register_kernel("cpu", _conv2d_kernel)
 
 
 def _geometry_and_u(
-    x: Any,
-    weight: Any,
-    bias: Any,
-    constant: np.ndarray | None,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
+    x: Any, weight: Any, bias: Any, constant: np.ndarray | None, **options: Any
 ) -> tuple[ConvGeometry, np.ndarray | None]:
     """A graph-mode conv2d's geometry, and its Winograd weights where the weight
     is a ``constant`` on the Winograd path (made once per weight array)."""
-    g = conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    g = conv_geometry(x, weight, bias, **options)
     u = _prepared_u(constant, g) if constant is not None and _winograd_fits(g) else None
     return g, u
 
 
 @_conv2d.prepare("cpu")
 def _conv2d_constant_weight(
-    constants: dict[int, np.ndarray],
-    x: Any,
-    weight: Any,
-    bias: Any = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
+    constants: dict[int, np.ndarray], x: Any, weight: Any, bias: Any = None, **options: Any
 ) -> Any:
     """Graph mode: a constant weight on the Winograd path is transformed once,
     here, rather than on every call (3 ms a call for 512x512x3x3)."""
-    g, u = _geometry_and_u(x, weight, bias, constants.get(1), stride, padding, dilation, groups)
+    g, u = _geometry_and_u(x, weight, bias, constants.get(1), **options)
     if u is None:
         return None
 
@@ -707,19 +661,9 @@ def conv2d_out_form(inputs: Sequence[Any], static: dict[str, Any], weight: Any =
 
 
 def _conv_transpose2d_kernel(
-    x: np.ndarray,
-    weight: np.ndarray,
-    bias: np.ndarray | None = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    output_padding: Any = 0,
-    groups: int = 1,
-    dilation: Any = 1,
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, **options: Any
 ) -> np.ndarray:
-    from .numba_nn import col2im_add
-
-    g = conv_transpose_geometry(x, weight, bias, stride, padding, output_padding, groups, dilation)
+    g = conv_transpose_geometry(x, weight, bias, **options)
     x4 = np.ascontiguousarray(batched(x))
     out = np.zeros((g.n, g.o, g.ho, g.wo), x.dtype)
     cg, og = g.c // g.groups, g.o // g.groups

@@ -9,9 +9,21 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.config import config
+from ..._core import config
 from ...ops.registry import get_op
 from . import blas, pooled_linear, threads
+
+
+@get_op("matmul").specialize("cpu")
+def _matmul_cpu(a: Any, b: Any) -> Any:
+    # For matrices and vectors ``ndarray.dot`` equals ``matmul`` and costs half as
+    # much per call (0.33 vs 0.72 us for 4x4 float32 here), which small models feel.
+    # Kernels hand plain ndarrays to each other (asarray drops subclasses), so
+    # the unbound method applies directly.
+    if a.ndim <= 2 and b.ndim <= 2:
+        return np.ndarray.dot
+    return None
+
 
 #: Rows per unit when a linear layer's rows are shared by two threads: measured
 #: 15% more single-thread time than one call for 4096x384 @ 384x1536 (each call

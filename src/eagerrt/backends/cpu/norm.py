@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.config import config
+from ..._core import config
 from ...ops.nn.common import FLOATS
 from ...ops.nn.norm import affine_operands, as_normalized_shape
 from ...ops.registry import get_op
-from . import pooled_linear, threads
+from . import numba_nn, pooled_linear, shared_pool, threads
 
 _layer_norm = get_op("layer_norm")
 _group_norm = get_op("group_norm")
@@ -40,8 +40,6 @@ def _normalize_rows_into(
     rows: np.ndarray, out: np.ndarray, weight: Any, bias: Any, eps: float
 ) -> None:
     """``out[:] =`` the (rows, cols) ``rows`` normalized, scaled and shifted."""
-    from .numba_nn import normalize_rows
-
     cols, dtype = rows.shape[1], rows.dtype
     w = np.ones(cols, dtype) if weight is None else np.ascontiguousarray(weight).reshape(cols)
     b = np.zeros(cols, dtype) if bias is None else np.ascontiguousarray(bias).reshape(cols)
@@ -49,7 +47,7 @@ def _normalize_rows_into(
         # Rows are independent, and numba releases the GIL: blocks of them on two threads.
         threads.rows_by_two(_normalize_block, rows.shape[0], rows, out, w, b, eps)
     elif rows.size:
-        normalize_rows(rows, out, w, b, eps)
+        numba_nn.normalize_rows(rows, out, w, b, eps)
 
 
 #: Values a normalization shares between two threads from (measured: 128 x 384 take
@@ -68,43 +66,39 @@ def _normalize_block(
     r1: int,
     single: bool,
 ) -> None:
-    from .numba_nn import normalize_rows
-
-    normalize_rows(rows[r0:r1], out[r0:r1], w, b, eps)
+    numba_nn.normalize_rows(rows[r0:r1], out[r0:r1], w, b, eps)
 
 
-def _layer_norm_kernel(
+def _layer_norm_kernel(x: np.ndarray, *affine: np.ndarray, **static: Any) -> np.ndarray:
+    return _layer_norm_run(x, affine, None, **static)
+
+
+def layer_norm_into(x: np.ndarray, *affine_and_out: np.ndarray, **static: Any) -> None:
+    """The layer norm kernel writing into a compiled plan's buffer (the last
+    array): no fresh output to allocate and fault in on every call."""
+    *affine, out = affine_and_out
+    _layer_norm_run(x, tuple(affine), out, **static)
+
+
+def _layer_norm_run(
     x: np.ndarray,
-    *affine: np.ndarray,
+    affine: tuple[np.ndarray, ...],
+    out: np.ndarray | None,
     normalized_shape: Any = (),
     has_weight: bool = False,
     has_bias: bool = False,
     eps: float = 1e-5,
 ) -> np.ndarray:
+    """Layer norm of ``x`` with the ``affine`` operands the flags say it has;
+    into ``out`` when given."""
     weight, bias = affine_operands(affine, has_weight, has_bias)
     cols = math.prod(as_normalized_shape(normalized_shape))
-    return _normalize(x, cols, weight, bias, float(eps))
+    return _normalize(x, cols, weight, bias, float(eps), out)
 
 
-def layer_norm_into(
-    x: np.ndarray,
-    *affine_and_out: np.ndarray,
-    normalized_shape: Any = (),
-    has_weight: bool = False,
-    has_bias: bool = False,
-    eps: float = 1e-5,
-) -> None:
-    """The layer norm kernel writing into a compiled plan's buffer (the last
-    array): no fresh output to allocate and fault in on every call."""
-    *affine, out = affine_and_out
-    weight, bias = affine_operands(tuple(affine), has_weight, has_bias)
-    cols = math.prod(as_normalized_shape(normalized_shape))
-    _normalize(x, cols, weight, bias, float(eps), out)
-
-
-class _PooledNorm:
+class _PooledNorm(shared_pool.PoolKernel):
     """graph mode's layer norm, set up once for the plan's shapes: rows of
-    ``cols`` values, normalized by :func:`_numba_nn.normalize_rows_on_pool`
+    ``cols`` values, normalized by :func:`numba_nn.normalize_rows_on_pool`
     in blocks shared by numba's parallel loop (MiniLM at batch 32, 4096 rows
     of 384: 0.45 against 0.80 ms with the helper thread), with no Python for
     the affine operands' shapes a call. Declines (False) what it was not set
@@ -113,12 +107,8 @@ class _PooledNorm:
     def __init__(
         self, rows: int, cols: int, dtype: np.dtype[Any], has_weight: bool, has_bias: bool
     ) -> None:
-        from . import shared_pool
-        from .numba_nn import normalize_rows_on_pool
-
-        self.kernel = normalize_rows_on_pool
-        self.claim_threads = shared_pool.claim_threads
-        self.threads = shared_pool.pool_threads()
+        super().__init__()
+        self.kernel = numba_nn.normalize_rows_on_pool
         self.shape = (rows, cols)
         self.blocks = np.array(pooled_linear.row_blocks(rows, self.threads), np.int64)
         self.has_weight, self.has_bias = has_weight, has_bias
@@ -133,8 +123,7 @@ class _PooledNorm:
         bias = affine[-1].reshape(-1) if self.has_bias else self.zeros
         if not (weight.flags.c_contiguous and bias.flags.c_contiguous):
             return False
-        alone = threads.cores_taken()
-        if not self.claim_threads(alone, self.threads):
+        if self.claim() is None:
             return False
         self.kernel(x.reshape(self.shape), out.reshape(self.shape), weight, bias, eps, self.blocks)
         return True
@@ -148,8 +137,6 @@ _POOL_NORM_VALUES = 1 << 15
 def layer_norm_out_form(inputs: Sequence[Any], static: dict[str, Any]) -> Callable[..., None]:
     """graph mode's layer norm into the plan's buffer: :class:`_PooledNorm`
     where the pool can run it, else :func:`layer_norm_into`."""
-    from . import shared_pool
-
     x = inputs[0]
     cols = math.prod(as_normalized_shape(static.get("normalized_shape", ())))
     has_weight, has_bias = bool(static.get("has_weight")), bool(static.get("has_bias"))

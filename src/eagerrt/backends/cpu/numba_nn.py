@@ -187,14 +187,7 @@ def gathered_on_pool(
     out: Any,
     cols: Any,
     gather: bool,
-    kh: int,
-    kw: int,
-    sh: int,
-    sw: int,
-    ph: int,
-    pw: int,
-    dh: int,
-    dw: int,
+    window: Any,
     parts: int,
 ) -> None:  # pragma: no cover - compiled
     """One image's convolution as im2col and one product, both cut into
@@ -204,7 +197,9 @@ def gathered_on_pool(
     each part's product through MKL's gemm (``gemm_address``, for x's dtype) on
     the thread that runs it. Where ``gather`` is False (a 1x1 stride-1
     convolution) the image is its own im2col matrix and ``cols`` is not used.
-    All arrays C-contiguous."""
+    ``window``: the kernel's (kh, kw, sh, sw, ph, pw, dh, dw), as
+    :func:`im2col` takes them. All arrays C-contiguous."""
+    kh, kw, sh, sw, ph, pw, dh, dw = window
     image = x[0]
     channels = image.shape[0]
     o, taps = w.shape
@@ -243,14 +238,7 @@ def gathered_blocks_on_pool(
     blocks: Any,
     cols: Any,
     products: Any,
-    kh: int,
-    kw: int,
-    sh: int,
-    sw: int,
-    ph: int,
-    pw: int,
-    dh: int,
-    dw: int,
+    window: Any,
 ) -> None:  # pragma: no cover - compiled
     """A batch's convolution as im2col and products, the (first image, end
     image, first row, end row) ``blocks`` shared by numba's parallel loop: each
@@ -259,8 +247,9 @@ def gathered_blocks_on_pool(
     for x's dtype) on that thread, and ``bias`` added: straight into ``out``
     (N, O, Ho, Wo) for a block of one image (its rows are a run of each output
     channel's), else into the thread's ``products`` (threads, O, width) and
-    then copied into each image's place. ``x`` (N, C, H, W); all arrays
-    C-contiguous."""
+    then copied into each image's place. ``x`` (N, C, H, W), ``window`` as
+    :func:`gathered_on_pool` takes it; all arrays C-contiguous."""
+    kh, kw, sh, sw, ph, pw, dh, dw = window
     channels = x.shape[1]
     o, taps = w.shape
     ho, wo = out.shape[2], out.shape[3]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..._core.config import config
+from ..._core import config
 from ...graph.ir import Node, Value
 from ...graph.kernels import OutForm
 from ...ops.registry import get_op

@@ -37,8 +37,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from ..._core.config import config
-from . import blas
+from ..._core import config
+from . import blas, shared_pool
 from .native_gemm import TRANS, gemm
 
 __all__ = [
@@ -209,11 +209,10 @@ def _module_digest() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
-class PooledLinear:
+class PooledLinear(shared_pool.PoolKernel):
     """``out = x @ w.T`` then elementwise work, as one call of a pool kernel,
     set up once for a shape (``m`` rows of ``k`` into ``n`` columns, of
-    ``dtype``): graph mode sets one up when its plan is made, eager calls
-    keep one per shape, so a call is a few checks and the kernel's.
+    ``dtype``): eager calls keep one per shape.
 
     ``kernel`` is :func:`linear_on_pool` (its operand a bias, or an empty
     array for none) or a generated driver (:func:`driver_source`, its
@@ -221,18 +220,9 @@ class PooledLinear:
     runs on the calling thread alone, MKL held to it too."""
 
     def __init__(self, kernel: Any, m: int, n: int, k: int, dtype: np.dtype[Any]) -> None:
-        from . import shared_pool
-        from .threads import cores_taken
-
-        address = blas.gemm_address(dtype)
-        assert address is not None  # pooled_linear checked
+        super().__init__(dtype)
         self.kernel = kernel
-        self.address = address
         self.shape = (m, k)
-        self.threads = shared_pool.pool_threads()
-        # Looked up here, not on every call (Python is slow between kernels).
-        self.claim_threads = shared_pool.claim_threads
-        self.cores_taken = cores_taken
         self.blocks = np.array(row_blocks(m, self.threads), np.int64)
         self.no_bias = np.empty(0, dtype)  # linear_on_pool's bias where there is none
         # The one-thread form (other cores taken): one block, by rows.
@@ -247,18 +237,14 @@ class PooledLinear:
         ``config.blas`` now asks for numpy's BLAS."""
         if config.blas == "numpy" or not (x.flags.c_contiguous and w.flags.c_contiguous):
             return False
-        alone = self.cores_taken()
-        if not self.claim_threads(alone, self.threads):
+        alone = self.claim()
+        if alone is None:
             return False
         x2 = x.reshape(self.shape)
-        if not alone:
+        if alone:
+            self.held(self.kernel, self.address, x2, w, *operands, out, self.one_block, 0)
+        else:
             self.kernel(self.address, x2, w, *operands, out, self.blocks, self.columns)
-            return True
-        saved = blas.hold_to_one_thread()
-        try:
-            self.kernel(self.address, x2, w, *operands, out, self.one_block, 0)
-        finally:
-            blas.release_thread_hold(saved)
         return True
 
 
@@ -267,8 +253,6 @@ def pool_applies(m: int, n: int, k: int, dtype: np.dtype[Any]) -> bool:
     runs as a pool kernel: enough work, such a pool
     (:func:`shared_pool.ready`), a dtype MKL's gemm takes, and dimensions
     within its 32-bit ints."""
-    from . import shared_pool
-
     if 2.0 * m * n * k < POOL_FLOPS or max(m, n, k) >= 1 << 31:
         return False
     return shared_pool.ready() and blas.gemm_address(dtype) is not None

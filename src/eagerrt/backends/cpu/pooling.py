@@ -8,6 +8,7 @@ import numpy as np
 
 from ...ops.nn.pooling import adaptive_size, pool_geometry
 from ...ops.registry import get_op
+from . import numba_nn
 
 
 def _planes(x: np.ndarray) -> np.ndarray:
@@ -19,50 +20,22 @@ _avg_pool2d = get_op("avg_pool2d")
 _adaptive_avg_pool2d = get_op("adaptive_avg_pool2d")
 
 
-def _max_pool2d_kernel(
-    x: np.ndarray,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-) -> np.ndarray:
-    from .numba_nn import max_pool2d as kernel
-
-    g = pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+def _max_pool2d_kernel(x: np.ndarray, **options: Any) -> np.ndarray:
+    g = pool_geometry("max_pool2d", x, **options)
     out = np.empty(g.out_shape, x.dtype)
-    kernel(_planes(x), _planes(out), g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)
+    numba_nn.max_pool2d(_planes(x), _planes(out), g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)
     return out
 
 
 _max_pool2d.register_kernel("cpu", _max_pool2d_kernel)
 
 
-def _avg_pool2d_kernel(
-    x: np.ndarray,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    ceil_mode: bool = False,
-    count_include_pad: bool = True,
-    divisor_override: int | None = None,
-) -> np.ndarray:
-    from .numba_nn import avg_pool2d as kernel
-
-    g = pool_geometry("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
+def _avg_pool2d_kernel(x: np.ndarray, **options: Any) -> np.ndarray:
+    g = pool_geometry("avg_pool2d", x, **options)
     out = np.empty(g.out_shape, x.dtype)
-    divisor = int(divisor_override or 0)
-    kernel(
-        _planes(x),
-        _planes(out),
-        g.kh,
-        g.kw,
-        g.sh,
-        g.sw,
-        g.ph,
-        g.pw,
-        bool(count_include_pad),
-        divisor,
+    divisor = int(g.divisor_override or 0)
+    numba_nn.avg_pool2d(
+        _planes(x), _planes(out), g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.count_include_pad, divisor
     )
     return out
 
@@ -71,10 +44,8 @@ _avg_pool2d.register_kernel("cpu", _avg_pool2d_kernel)
 
 
 def _adaptive_avg_pool2d_kernel(x: np.ndarray, output_size: Any) -> np.ndarray:
-    from .numba_nn import adaptive_avg_pool2d as kernel
-
     out = np.empty((*x.shape[:-2], *adaptive_size(x, output_size)), x.dtype)
-    kernel(_planes(x), _planes(out))
+    numba_nn.adaptive_avg_pool2d(_planes(x), _planes(out))
     return out
 
 

@@ -15,6 +15,10 @@ the wheel's ``libtbb`` by then. Where numba settled on another layer (someone
 ran a parallel loop earlier, or chose ``NUMBA_THREADING_LAYER``), the kernels
 keep their one-thread forms: two pools would fight over the cores again.
 
+The kernels that run so (a linear layer, a convolution, a layer norm,
+attention) are :class:`PoolKernel` subclasses: set up once for their shapes,
+claiming the pool's threads on each call.
+
 >>> from eagerrt.backends.cpu import shared_pool
 >>> shared_pool.ready() in (True, False)
 True
@@ -23,16 +27,16 @@ True
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numba
 import numpy as np
 
-from ..._core.config import config
-from ..._core.forking import renew_after_fork
-from . import blas
+from ..._core import config, renew_after_fork
+from . import blas, threads
 
-__all__ = ["claim_threads", "pool_threads", "ready", "threads_for_call"]
+__all__ = ["PoolKernel", "claim_threads", "pool_threads", "ready", "threads_for_call"]
 
 _lock = threading.Lock()
 renew_after_fork(__name__, "_lock", threading.Lock)
@@ -107,3 +111,47 @@ def claim_threads(alone: bool, threads: int) -> bool:
         return False
     threads_for_call(alone)
     return True
+
+
+class PoolKernel:
+    """A kernel run as one numba parallel loop on the pool, set up once for its
+    shapes (graph mode sets one up when its plan is made), so that a call is a
+    few checks and the kernel's. Python between kernels is slow here, its code
+    and data evicted by the kernels (a 1 us function took 5-11 us between
+    ResNet's convolutions), so a call does as little of it as it can: it
+    checks its arrays, claims the threads (:meth:`claim`) and runs the
+    kernel; where it runs alone, through :meth:`held` if its MKL products
+    must not take the other cores."""
+
+    #: MKL's gemm for the kernel's products, by address (set up with a ``gemm_dtype``).
+    address: int
+
+    def __init__(self, gemm_dtype: np.dtype[Any] | None = None) -> None:
+        """Set up for the pool's threads as they are now; with ``gemm_dtype``
+        for a kernel whose products call MKL's gemm of that dtype (which the
+        caller checked MKL has)."""
+        self.threads = pool_threads()
+        # Looked up here, not on every call (Python is slow between kernels).
+        self.claim_threads = claim_threads
+        self.cores_taken = threads.cores_taken
+        if gemm_dtype is not None:
+            address = blas.gemm_address(gemm_dtype)
+            assert address is not None  # the caller checked
+            self.address = address
+
+    def claim(self) -> bool | None:
+        """Set this thread's count for the kernel's loop and return whether
+        it runs alone, on this thread (other tasks have the other cores:
+        :func:`threads.cores_taken`); None (nothing set) where
+        ``config.num_threads`` changed since the setup."""
+        alone = self.cores_taken()
+        return alone if self.claim_threads(alone, self.threads) else None
+
+    @staticmethod
+    def held(run: Callable[..., None], *args: Any) -> None:
+        """``run(*args)`` with MKL held to this thread, as the loop is."""
+        saved = blas.hold_to_one_thread()
+        try:
+            run(*args)
+        finally:
+            blas.release_thread_hold(saved)

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.config import config
-from ..._core.forking import renew_after_fork
+from ..._core import config, renew_after_fork
+from ...devices.cpu import cpu
 from ...ops.nn.common import Shape
 from . import blas
 
@@ -137,16 +137,8 @@ def cores_taken(others: int = 1) -> bool:
     requests' models on the other workers): then a kernel does all its work on its
     own thread, BLAS held to it, rather than split it with the helper thread or
     BLAS's pool over cores those tasks would be using. (Asked before every
-    split: the CPU device is looked up once.)"""
-    global _cpu_device
-    if _cpu_device is None:
-        from ...devices.cpu import cpu
-
-        _cpu_device = cpu
-    return _cpu_device.busy_besides_caller() >= others
-
-
-_cpu_device: Any = None
+    split.)"""
+    return cpu.busy_besides_caller() >= others
 
 
 def two_blas_threads() -> bool:
@@ -257,7 +249,7 @@ def work_array(slot: str, shape: Shape, dtype: np.dtype[Any]) -> np.ndarray:
     if entry is None or entry[0].nbytes < size:
         entry = kept[slot] = (np.empty(size, np.uint8), {})
     # The views made of it, by shape: a kernel run again gets its view back
-    # without making one (Python between kernels is slow: see _PooledConv).
+    # without making one (Python between kernels is slow: see shared_pool.PoolKernel).
     buffer, views = entry
     view = views.get((shape, dtype))
     if view is None:

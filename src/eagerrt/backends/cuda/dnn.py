@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..._core.config import config
+from ..._core import config
 
 __all__ = ["Descriptors", "available", "convolve", "describe"]
 

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..._core.config import config
+from ..._core import config
 
 __all__ = ["Operand", "matmul_into", "supported"]
 

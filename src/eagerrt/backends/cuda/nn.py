@@ -16,6 +16,7 @@ to float32 rounding.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -25,9 +26,10 @@ from ...devices.device_checks import check_later
 from ...ops._rules import as_float
 from ...ops.nn.attention import attention_geometry
 from ...ops.nn.conv import conv_geometry
-from ...ops.nn.norm import affine_operands, as_normalized_shape
+from ...ops.nn.norm import group_norm_with, layer_norm_args
 from ...ops.nn.pooling import adaptive_size, pool_geometry
 from . import dnn, gemm
+from . import rows as row_kernels
 
 __all__ = [
     "adaptive_avg_pool2d",
@@ -100,41 +102,21 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Any:
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def conv2d(
-    x: Any,
-    weight: Any,
-    bias: Any = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
-) -> Any:
+def conv2d(x: Any, weight: Any, bias: Any = None, **options: Any) -> Any:
     """conv2d: cuDNN's where it is installed (:mod:`.dnn`); else cuBLAS
     products sharing the weight across the batch: a 1x1 stride-1 convolution
     multiplies the images as they are; another stride-1 one sums one product
     per tap over shifted windows of the padded images (:func:`_shifted_products`);
     a strided one gathers its input columns once (im2col, a strided view of the
     padded input copied in one pass)."""
-    g = conv_geometry(x, weight, bias, stride, padding, dilation, groups)
-    return _convolve(_xp(x), x, weight, bias, g)
+    return _convolve(_xp(x), x, weight, bias, conv_geometry(x, weight, bias, **options))
 
 
-def conv2d_relu(
-    x: Any,
-    weight: Any,
-    bias: Any = None,
-    residual: Any = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
-) -> Any:
+def conv2d_relu(x: Any, weight: Any, bias: Any = None, residual: Any = None, **options: Any) -> Any:
     """``relu(conv2d(x, weight, bias) + residual)`` (a compiled plan's fused
     node, ``backends/cuda/passes/conv_relu.py``): one cuDNN kernel where cuDNN takes
     the convolution, else the convolution, then the sum and ReLU in place."""
-    g = conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    g = conv_geometry(x, weight, bias, **options)
     return _convolve(_xp(x), x, weight, bias, g, residual, relu=True)
 
 
@@ -254,23 +236,13 @@ def _im2col(xp: Any, x4: Any, g: Any) -> Any:
 
 
 # -- attention ---------------------------------------------------------------------------
-def scaled_dot_product_attention(
-    q: Any,
-    k: Any,
-    v: Any,
-    mask: Any = None,
-    *,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> Any:
+def scaled_dot_product_attention(q: Any, k: Any, v: Any, mask: Any = None, **options: Any) -> Any:
     """``softmax(q @ k^T * scale + mask) @ v`` as three steps: batched scores
     (cuBLAS, the scale its alpha), a softmax over keys (one kernel,
     :func:`_softmax_last`), batched values (cuBLAS). Queries that may attend to
     nothing give zeros (PyTorch's rule)."""
     xp = _xp(q)
-    g = attention_geometry(q, k, v, mask, is_causal, enable_gqa)
-    factor = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
+    g = attention_geometry(q, k, v, mask, **options)
     if g.kv_repeat > 1:  # grouped-query attention: each key/value head serves several
         k = xp.repeat(k, g.kv_repeat, axis=-3)
         v = xp.repeat(v, g.kv_repeat, axis=-3)
@@ -286,15 +258,17 @@ def scaled_dot_product_attention(
         queries, keys = flat(q, g.length, g.embed), flat(k, g.source, g.embed)
         gemm.matmul_into(
             scores, queries, keys, m=g.length, n=g.source, k=g.embed, b_transposed=True,
-            alpha=factor,
+            alpha=g.scale,
         )  # fmt: skip
         scores = scores.reshape(*g.batch, g.length, g.source)
     else:
         scores = xp.matmul(q, xp.swapaxes(k, -1, -2))
-        scores *= scores.dtype.type(factor)
+        scores *= scores.dtype.type(g.scale)
     allowed = None
-    if is_causal:
-        allowed = xp.tril(xp.ones((g.length, g.source), dtype=bool), g.source - g.length)
+    if g.is_causal:
+        # Query i sees keys 0..i (the top-left alignment, as PyTorch's and the
+        # generic kernel's), also where L != S.
+        allowed = xp.tril(xp.ones((g.length, g.source), dtype=bool))
     elif mask is not None and mask.dtype == np.bool_:
         allowed = mask
     elif mask is not None:
@@ -313,12 +287,12 @@ def scaled_dot_product_attention(
 
 def _softmax_last(xp: Any, scores: Any) -> Any:
     """Softmax over the last axis, in place: one row kernel on the GPU
-    (``ops/rows.py``), else expressions. A row with no finite maximum
+    (:mod:`.rows`), else expressions. A row with no finite maximum
     (every key masked) is shifted by 0, and one summing to 0 divided by 1:
     zeros."""
     if xp is not np and scores.flags.c_contiguous:
         rows = scores.reshape(-1, scores.shape[-1])
-        if rows.takes(rows) and rows.softmax_rows(rows, rows) is not None:
+        if row_kernels.takes(rows) and row_kernels.softmax_rows(rows, rows) is not None:
             return scores
     top = scores.max(axis=-1, keepdims=True)
     top = xp.where(xp.isfinite(top), top, top.dtype.type(0))
@@ -335,13 +309,15 @@ def _normalize_rows(
 ) -> Any:
     """Rows (plus ``residual``'s, if given) normalized to mean 0 and (biased)
     variance 1, then ``* weight + bias`` (each if given, of the rows' length),
-    in a new array: one row kernel on the GPU (``ops/rows.py``), else
+    in a new array: one row kernel on the GPU (:mod:`.rows`), else
     expressions."""
     if xp is not np:
         rows = xp.ascontiguousarray(rows)
         extra = [a for a in (weight, bias, residual) if a is not None]
-        if rows.takes(rows) and all(a.dtype == rows.dtype and a.flags.c_contiguous for a in extra):
-            out = rows.layer_norm_rows(rows, weight, bias, eps, residual)
+        if row_kernels.takes(rows) and all(
+            a.dtype == rows.dtype and a.flags.c_contiguous for a in extra
+        ):
+            out = row_kernels.layer_norm_rows(rows, weight, bias, eps, residual)
             if out is not None:
                 return out
     if residual is not None:
@@ -358,74 +334,36 @@ def _normalize_rows(
     return centered
 
 
-def layer_norm(
-    x: Any,
-    *affine: Any,
-    normalized_shape: Any = (),
-    has_weight: bool = False,
-    has_bias: bool = False,
-    eps: float = 1e-5,
-) -> Any:
+def layer_norm(x: Any, *affine: Any, **options: Any) -> Any:
     """Layer norm over the trailing ``normalized_shape`` dimensions."""
-    xp = _xp(x)
-    weight, bias = affine_operands(affine, has_weight, has_bias)
-    cols = math.prod(as_normalized_shape(normalized_shape))
-    weight = None if weight is None else weight.reshape(cols)
-    bias = None if bias is None else bias.reshape(cols)
-    return _normalize_rows(xp, x.reshape(-1, cols), float(eps), weight, bias).reshape(x.shape)
+    cols, weight, bias, eps = layer_norm_args(affine, **options)
+    return _normalize_rows(_xp(x), x.reshape(-1, cols), eps, weight, bias).reshape(x.shape)
 
 
-def add_layer_norm(
-    x: Any,
-    residual: Any,
-    *affine: Any,
-    normalized_shape: Any = (),
-    has_weight: bool = False,
-    has_bias: bool = False,
-    eps: float = 1e-5,
-) -> Any:
+def add_layer_norm(x: Any, residual: Any, *affine: Any, **options: Any) -> Any:
     """``layer_norm(x + residual)`` (a compiled plan's fused node,
     ``backends/cuda/passes/add_layer_norm.py``): the sum is never written, the row
     kernel reads both."""
     xp = _xp(x)
-    weight, bias = affine_operands(affine, has_weight, has_bias)
-    cols = math.prod(as_normalized_shape(normalized_shape))
-    weight = None if weight is None else weight.reshape(cols)
-    bias = None if bias is None else bias.reshape(cols)
+    cols, weight, bias, eps = layer_norm_args(affine, **options)
     rows, extra = x.reshape(-1, cols), xp.ascontiguousarray(residual).reshape(-1, cols)
-    return _normalize_rows(xp, rows, float(eps), weight, bias, extra).reshape(x.shape)
+    return _normalize_rows(xp, rows, eps, weight, bias, extra).reshape(x.shape)
 
 
-def group_norm(
-    x: Any,
-    *affine: Any,
-    num_groups: int = 1,
-    has_weight: bool = False,
-    has_bias: bool = False,
-    eps: float = 1e-5,
-) -> Any:
+def group_norm(x: Any, *affine: Any, **options: Any) -> Any:
     """Group norm: statistics per sample over groups of channels."""
-    xp = _xp(x)
-    weight, bias = affine_operands(affine, has_weight, has_bias)
-    n, c = x.shape[:2]
-    out = _normalize_rows(xp, x.reshape(n * num_groups, -1), float(eps)).reshape(n, c, -1)
-    if weight is not None:
-        out *= weight.reshape(c, 1)
-    if bias is not None:
-        out += bias.reshape(c, 1)
-    return out.reshape(x.shape)
+    return group_norm_with(functools.partial(_normalize_rows, _xp(x)), x, affine, **options)
 
 
 # -- pooling ---------------------------------------------------------------------------------
-def _windows(xp: Any, x: Any, g: Any, fill: float, dilation: tuple[int, int] = (1, 1)) -> Any:
+def _windows(xp: Any, x: Any, g: Any, fill: float) -> Any:
     """(N*C, Ho, Wo, kh, kw) windows of the planes of ``x`` padded with ``fill``
     (a strided view of one padded copy)."""
     planes = x.reshape(-1, *x.shape[-2:])
     h, w = planes.shape[-2:]
     oh, ow = g.out_shape[-2:]
-    dh, dw = dilation
-    need_h = (oh - 1) * g.sh + dh * (g.kh - 1) + 1
-    need_w = (ow - 1) * g.sw + dw * (g.kw - 1) + 1
+    need_h = (oh - 1) * g.sh + g.dh * (g.kh - 1) + 1
+    need_w = (ow - 1) * g.sw + g.dw * (g.kw - 1) + 1
     bottom, right = max(0, need_h - h - g.ph), max(0, need_w - w - g.pw)
     padded = xp.full((planes.shape[0], h + g.ph + bottom, w + g.pw + right), fill, x.dtype)
     padded[:, g.ph : g.ph + h, g.pw : g.pw + w] = planes
@@ -433,45 +371,28 @@ def _windows(xp: Any, x: Any, g: Any, fill: float, dilation: tuple[int, int] = (
     return xp.lib.stride_tricks.as_strided(
         padded,
         shape=(planes.shape[0], oh, ow, g.kh, g.kw),
-        strides=(s0, s1 * g.sh, s2 * g.sw, s1 * dh, s2 * dw),
+        strides=(s0, s1 * g.sh, s2 * g.sw, s1 * g.dh, s2 * g.dw),
     )
 
 
-def max_pool2d(
-    x: Any,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-) -> Any:
+def max_pool2d(x: Any, **options: Any) -> Any:
     """Max over each window (padding never wins: it is -inf)."""
-    xp = _xp(x)
-    g = pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
-    windows = _windows(xp, x, g, -np.inf, (g.dh, g.dw))
-    return windows.max(axis=(-2, -1)).reshape(g.out_shape)
+    g = pool_geometry("max_pool2d", x, **options)
+    return _windows(_xp(x), x, g, -np.inf).max(axis=(-2, -1)).reshape(g.out_shape)
 
 
-def avg_pool2d(
-    x: Any,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    ceil_mode: bool = False,
-    count_include_pad: bool = True,
-    divisor_override: int | None = None,
-) -> Any:
+def avg_pool2d(x: Any, **options: Any) -> Any:
     """Mean over each window, PyTorch's divisors: the window clipped to the
     padded input (``count_include_pad``) or to the input itself."""
     xp = _xp(x)
-    g = pool_geometry("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
+    g = pool_geometry("avg_pool2d", x, **options)
     sums = _windows(xp, x, g, 0.0).sum(axis=(-2, -1))
-    if divisor_override:
-        sums /= sums.dtype.type(divisor_override)
+    if g.divisor_override:
+        sums /= sums.dtype.type(g.divisor_override)
         return sums.reshape(g.out_shape)
     (oh, ow), (h, w) = g.out_shape[-2:], x.shape[-2:]
-    rows = _taps(oh, g.sh, g.kh, g.ph, h, count_include_pad)
-    cols = _taps(ow, g.sw, g.kw, g.pw, w, count_include_pad)
+    rows = _taps(oh, g.sh, g.kh, g.ph, h, g.count_include_pad)
+    cols = _taps(ow, g.sw, g.kw, g.pw, w, g.count_include_pad)
     divisors = np.maximum(np.outer(rows, cols), 1).astype(x.dtype)
     sums /= xp.asarray(divisors)
     return sums.reshape(g.out_shape)

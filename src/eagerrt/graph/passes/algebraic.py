@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from ...ops.manipulation import moveaxis_permutation
+from ...ops.registry import get_op
 from ..ir import Graph, Node, Operand, Value
 from . import dce
 from .rewrite import builtin, const_array, make_node
@@ -135,8 +137,6 @@ def _producer(a: Operand, *names: str) -> Node | None:
 
 
 def _op(name: str) -> Any:
-    from ...ops.registry import get_op
-
     return get_op(name)
 
 
@@ -249,9 +249,9 @@ def _perm(node: Node) -> tuple[int, ...] | None:
         if builtin(node, "matrix_transpose"):
             return (*range(ndim - 2), ndim - 1, ndim - 2)
         if builtin(node, "moveaxis"):
-            from ...ops.manipulation import _moveaxis_perm
-
-            return tuple(_moveaxis_perm(ndim, node.static["source"], node.static["destination"]))
+            return tuple(
+                moveaxis_permutation(ndim, node.static["source"], node.static["destination"])
+            )
     except Exception:  # a form we don't read: leave the node alone
         return None
     return None

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ...ops.registry import get_op
 from ..ir import Graph, Node, Operand, Value
 from .rewrite import builtin, const_array, make_const, make_node, single_reader
 
@@ -51,9 +52,9 @@ def run(graph: Graph) -> int:
         layer = y.node
         new: list[Node] | None = None
         if builtin(layer, "conv2d"):
-            new = _fold_conv(layer, bn, affine)
+            new = _fold_layer(layer, bn, affine, ndim=4)
         elif builtin(layer, "linear"):
-            new = _fold_linear(layer, bn, affine)
+            new = _fold_layer(layer, bn, affine, ndim=2)
         elif builtin(layer, "matmul"):
             new = _fold_matmul(layer, None, bn, affine)
         elif builtin(layer, "add"):
@@ -102,36 +103,24 @@ def _weights(layer: Node, start: int) -> list[np.ndarray] | None:
     return arrays  # type: ignore[return-value]
 
 
-def _fold_conv(conv: Node, bn: Node, affine: tuple[np.ndarray, np.ndarray]) -> list[Node] | None:
-    if bn.out.ndim != 4:  # unbatched (C, H, W): batch norm's axis 1 is H
-        return None
-    consts = _weights(conv, 1)
-    if consts is None:
-        return None
-    weight, *bias = consts
-    scale, shift = affine
-    if weight.ndim != 4 or scale.shape != (weight.shape[0],):
-        return None
-    new_w = weight * scale.reshape(-1, 1, 1, 1)
-    new_b = (bias[0] * scale if bias else 0.0) + shift
-    return _rebuilt(conv, bn, [conv.inputs[0], *_consts(conv, weight.dtype, new_w, new_b)])
-
-
-def _fold_linear(
-    linear: Node, bn: Node, affine: tuple[np.ndarray, np.ndarray]
+def _fold_layer(
+    layer: Node, bn: Node, affine: tuple[np.ndarray, np.ndarray], ndim: int
 ) -> list[Node] | None:
-    if bn.out.ndim != 2:  # (N, L, features): batch norm's axis 1 is L
+    """conv2d (``ndim`` 4) or linear (2), whose weight's axis 0 is the output
+    channels: batch norm's axis 1 is them only where the output has ``ndim``
+    dimensions (not an unbatched conv's (C, H, W), nor a linear's (N, L, features))."""
+    if bn.out.ndim != ndim:
         return None
-    consts = _weights(linear, 1)
+    consts = _weights(layer, 1)
     if consts is None:
         return None
     weight, *bias = consts
     scale, shift = affine
-    if weight.ndim != 2 or scale.shape != (weight.shape[0],):
+    if weight.ndim != ndim or scale.shape != (weight.shape[0],):
         return None
-    new_w = weight * scale.reshape(-1, 1)
+    new_w = weight * scale.reshape(-1, *[1] * (ndim - 1))
     new_b = (bias[0] * scale if bias else 0.0) + shift
-    return _rebuilt(linear, bn, [linear.inputs[0], *_consts(linear, weight.dtype, new_w, new_b)])
+    return _rebuilt(layer, bn, [layer.inputs[0], *_consts(layer, weight.dtype, new_w, new_b)])
 
 
 def _matmul_under(graph: Graph, add: Node, counts: dict[int, int]) -> tuple[Node, Value] | None:
@@ -173,8 +162,6 @@ def _fold_matmul(
         return None
     new_w = make_const((weight * scale).astype(dtype), w.device)
     new_b = make_const((bias * scale + shift).astype(dtype), out.device)
-    from ...ops.registry import get_op
-
     product = make_node(get_op("matmul"), [x, new_w], {}, site=mm.site)
     if product is None or product.out.shape != out.shape or product.out.dtype != dtype:
         return None

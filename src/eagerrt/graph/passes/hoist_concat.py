@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ...ops.elementwise import BINARY_UFUNCS, UFUNC_OPS, UNARY_UFUNCS
 from ..ir import Graph, Node, Operand, Value
 from .constant_folding import MAX_FOLD_BYTES
 from .rewrite import builtin, const_array, make_const, make_node, single_reader
@@ -92,8 +93,6 @@ class _Branch:
 
 
 def _ufunc(node: Node) -> np.ufunc | None:
-    from ...ops.elementwise import BINARY_UFUNCS, UFUNC_OPS, UNARY_UFUNCS
-
     name = node.op.name
     if UFUNC_OPS.get(name) is not node.op:
         return None

@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ...ops.registry import get_op
 from ..ir import Graph, Node, Operand, Value
+from ..tracing import traced_tensor
 
 __all__ = [
     "builtin",
@@ -29,16 +31,12 @@ def builtin(node: Node, name: str) -> bool:
     the same name)."""
     if node.op.name != name:
         return False
-    from ...ops.registry import get_op
-
     return node.op is get_op(name)
 
 
 def infer(op: Any, inputs: list[Operand], static: dict[str, Any]) -> tuple[Any, Any] | None:
     """``(shape, dtype)`` of ``op(*inputs, **static)`` by the op's rule, or None
     if the rule refuses the call."""
-    from ..tracing import traced_tensor
-
     # Rules check ``type(x) is Tensor``: give them traced tensors, not Values.
     args = [traced_tensor(a) if type(a) is Value else a for a in inputs]
     try:

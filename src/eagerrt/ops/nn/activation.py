@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.errors import ArgumentError
+from ..._core import ArgumentError
 from ...tensor import Tensor
 from .._rules import as_float, normalize_axis, ufunc_dtype
-from ..elementwise import scaled_cost
+from ..elementwise import _sigmoid, scaled_cost
 from ..registry import GENERIC, define_op
 from .common import (
     RuleOut,
@@ -89,11 +89,7 @@ silu = define_op(
 
 @silu.kernel()
 def _silu(x: Any) -> Any:
-    x = as_float(x)
-    # sigmoid as (1 + tanh(x/2)) / 2: no overflow in exp for large |x|.
-    out = np.tanh(x * 0.5)
-    out += 1
-    out *= 0.5
+    out = _sigmoid(x)  # (1 + tanh(x/2)) / 2: no overflow in exp for large |x|
     out *= x
     return out
 

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..._core.errors import ArgumentError
+from ..._core import ArgumentError
 from ...tensor import Tensor
 from ..registry import GENERIC, call_error, define_op
 from .activation import softmax_numpy
@@ -27,11 +27,21 @@ class AttentionGeometry(NamedTuple):
     embed: int
     value_embed: int
     kv_repeat: int  # grouped-query attention: each key/value head serves this many
+    scale: float  # the scores' factor: the given scale, else 1/sqrt(embed)
+    is_causal: bool
 
 
 def attention_geometry(
-    q: Any, k: Any, v: Any, mask: Any, is_causal: bool, enable_gqa: bool
+    q: Any,
+    k: Any,
+    v: Any,
+    mask: Any = None,
+    is_causal: bool = False,
+    enable_gqa: bool = False,
+    scale: float | None = None,
 ) -> AttentionGeometry:
+    """Attention's checks and geometry. Its rule and kernels pass their static
+    arguments on here (``**options``), so these are their defaults."""
     dtype = float_dtype("scaled_dot_product_attention", q, k, v)
     for name, t in (("query", q), ("key", k), ("value", v)):
         if t.ndim < 2:
@@ -76,24 +86,18 @@ def attention_geometry(
                 f"attn_mask {mask.shape} does not broadcast to the scores' shape "
                 f"{(*batch, length, source)}"
             ) from None
-    return AttentionGeometry(batch, length, source, embed, v.shape[-1], repeat)
-
-
-def _sdpa_rule(
-    query: Any,
-    key: Any,
-    value: Any,
-    attn_mask: Any = None,
-    *,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> RuleOut:
-    geo = attention_geometry(query, key, value, attn_mask, is_causal, enable_gqa)
     if scale is not None and (
         isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating))
     ):
         raise TypeError(f"scale must be a number or None, got {scale!r}")
+    factor = 1.0 / math.sqrt(embed) if scale is None else float(scale)
+    return AttentionGeometry(
+        batch, length, source, embed, v.shape[-1], repeat, factor, bool(is_causal)
+    )
+
+
+def _sdpa_rule(query: Any, key: Any, value: Any, attn_mask: Any = None, **options: Any) -> RuleOut:
+    geo = attention_geometry(query, key, value, attn_mask, **options)
     return (*geo.batch, geo.length, geo.value_embed), query.dtype
 
 
@@ -104,26 +108,16 @@ def _sdpa_cost(
     return flop_cost(2.0 * scores * (q.shape[-1] + v.shape[-1]), 4.0 * scores)
 
 
-def _sdpa_generic(
-    q: Any,
-    k: Any,
-    v: Any,
-    mask: Any = None,
-    *,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> Any:
+def _sdpa_generic(q: Any, k: Any, v: Any, mask: Any = None, **options: Any) -> Any:
     """Attention in numpy-API calls: the scores, masked (a bool mask keeps its
     true entries; a float mask is added; causal keeps ``j <= i``), softmax over
     the keys, times the values."""
-    g = attention_geometry(q, k, v, mask, is_causal, enable_gqa)
-    scale = 1.0 / math.sqrt(g.embed) if scale is None else float(scale)
+    g = attention_geometry(q, k, v, mask, **options)
     if g.kv_repeat > 1:  # grouped-query attention: each key/value head serves several
         k = np.repeat(k, g.kv_repeat, axis=-3)
         v = np.repeat(v, g.kv_repeat, axis=-3)
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * q.dtype.type(scale)
-    if is_causal:
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * q.dtype.type(g.scale)
+    if g.is_causal:
         mask = np.tril(np.ones((g.length, g.source), np.bool_))
     if mask is not None and mask.dtype == np.bool_:
         scores = np.where(mask, scores, q.dtype.type(-np.inf))

@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.config import config
-from ..._core.errors import ArgumentError
+from ..._core import ArgumentError, config
 
 Shape = tuple[int, ...]
 RuleOut = tuple[Shape, np.dtype[Any]]

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..._core.errors import ArgumentError
+from ..._core import ArgumentError
 from ...tensor import Tensor
 from ..registry import GENERIC, define_op
 from .common import (
@@ -66,8 +66,16 @@ def conv_padding(
 
 
 def conv_geometry(
-    x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any
+    x: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: Any = 1,
 ) -> ConvGeometry:
+    """conv2d's checks and geometry. Its rule and kernels pass their static
+    arguments on here (``**options``), so these are their defaults."""
     spatial_input("conv2d", x)
     if weight.ndim != 4:
         raise ValueError(f"conv2d needs a 4-d (O, C/groups, kH, kW) weight, got {weight.shape}")
@@ -100,18 +108,8 @@ def conv_geometry(
     return ConvGeometry(n, c, h, w, o, kh, kw, sh, sw, top, left, dh, dw, groups, ho, wo, out_shape)
 
 
-def _conv2d_rule(
-    input: Any,
-    weight: Any,
-    bias: Any = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
-) -> RuleOut:
-    geo = conv_geometry(input, weight, bias, stride, padding, dilation, groups)
-    return geo.out_shape, input.dtype
+def _conv2d_rule(input: Any, weight: Any, bias: Any = None, **options: Any) -> RuleOut:
+    return conv_geometry(input, weight, bias, **options).out_shape, input.dtype
 
 
 def _conv2d_cost(
@@ -122,19 +120,10 @@ def _conv2d_cost(
     return flop_cost(2.0 * math.prod(shape) * taps, math.prod(shape) / w.shape[0] * taps)
 
 
-def _conv2d_generic(
-    x: Any,
-    weight: Any,
-    bias: Any = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
-) -> Any:
+def _conv2d_generic(x: Any, weight: Any, bias: Any = None, **options: Any) -> Any:
     """conv2d as im2col in numpy-API calls (any array module that takes them):
     each tap's strided view of the padded input, one product per group."""
-    g = conv_geometry(x, weight, bias, stride, padding, dilation, groups)
+    g = conv_geometry(x, weight, bias, **options)
     x4 = batched(x)
     taps = window_taps(padded_for_windows(x4, g, g.ho, g.wo), g, g.ho, g.wo)
     cg = g.c // g.groups
@@ -186,13 +175,15 @@ def conv2d(
 def conv_transpose_geometry(
     x: Any,
     weight: Any,
-    bias: Any,
-    stride: Any,
-    padding: Any,
-    output_padding: Any,
-    groups: Any,
-    dilation: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: Any = 1,
+    dilation: Any = 1,
 ) -> ConvGeometry:
+    """conv_transpose2d's checks and geometry; the defaults of its rule's and
+    kernels' ``**options``, as :func:`conv_geometry`."""
     spatial_input("conv_transpose2d", x)
     if weight.ndim != 4:
         raise ValueError(
@@ -229,21 +220,8 @@ def conv_transpose_geometry(
     )
 
 
-def _conv_transpose2d_rule(
-    input: Any,
-    weight: Any,
-    bias: Any = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    output_padding: Any = 0,
-    groups: int = 1,
-    dilation: Any = 1,
-) -> RuleOut:
-    geo = conv_transpose_geometry(
-        input, weight, bias, stride, padding, output_padding, groups, dilation
-    )
-    return geo.out_shape, input.dtype
+def _conv_transpose2d_rule(input: Any, weight: Any, bias: Any = None, **options: Any) -> RuleOut:
+    return conv_transpose_geometry(input, weight, bias, **options).out_shape, input.dtype
 
 
 def _conv_transpose2d_cost(
@@ -255,21 +233,11 @@ def _conv_transpose2d_cost(
     )
 
 
-def _conv_transpose2d_generic(
-    x: Any,
-    weight: Any,
-    bias: Any = None,
-    *,
-    stride: Any = 1,
-    padding: Any = 0,
-    output_padding: Any = 0,
-    groups: int = 1,
-    dilation: Any = 1,
-) -> Any:
+def _conv_transpose2d_generic(x: Any, weight: Any, bias: Any = None, **options: Any) -> Any:
     """conv_transpose2d, conv2d's adjoint, in numpy-API calls: per group, every
     tap's contribution (one product) added into a strided view of the full
     output, then the padding cut off."""
-    g = conv_transpose_geometry(x, weight, bias, stride, padding, output_padding, groups, dilation)
+    g = conv_transpose_geometry(x, weight, bias, **options)
     x4 = batched(x)
     cg, og = g.c // g.groups, g.o // g.groups
     wt = np.swapaxes(weight.reshape(g.groups, cg, og * g.kh * g.kw), 1, 2)

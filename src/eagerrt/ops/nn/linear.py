@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.errors import ArgumentError
+from ..._core import ArgumentError
 from ..registry import GENERIC, define_op
 from .common import (
     RuleOut,

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.errors import ArgumentError
+from ..._core import ArgumentError
 from ...tensor import Tensor
 from ..registry import GENERIC, define_op
 from .activation import softmax_numpy

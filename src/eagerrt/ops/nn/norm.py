@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..._core.errors import ArgumentError
+from ..._core import ArgumentError
 from ...tensor import Tensor
 from ..registry import GENERIC, call_error, define_op
 from .common import (
@@ -171,23 +172,33 @@ def _normalized_rows(rows: Any, eps: float) -> Any:
     return centered / np.sqrt(variance + rows.dtype.type(eps))
 
 
-def _layer_norm_generic(
-    x: Any,
-    *affine: Any,
+def layer_norm_args(
+    affine: tuple[Any, ...],
     normalized_shape: Any = (),
     has_weight: bool = False,
     has_bias: bool = False,
     eps: float = 1e-5,
-) -> Any:
-    """layer_norm in numpy-API calls: rows of the trailing dimensions normalized,
-    scaled and shifted."""
+) -> tuple[int, Any, Any, float]:
+    """A layer norm kernel's arguments: the rows' length (the normalized
+    dimensions' size), the weight and bias as one such row each (None where not
+    given), and eps. Kernels pass their static arguments on here (``**options``),
+    so their defaults live here and in the rule."""
     weight, bias = affine_operands(affine, has_weight, has_bias)
     cols = math.prod(as_normalized_shape(normalized_shape))
-    out = _normalized_rows(x.reshape(-1, cols), float(eps))
+    weight = None if weight is None else weight.reshape(cols)
+    bias = None if bias is None else bias.reshape(cols)
+    return cols, weight, bias, float(eps)
+
+
+def _layer_norm_generic(x: Any, *affine: Any, **options: Any) -> Any:
+    """layer_norm in numpy-API calls: rows of the trailing dimensions normalized,
+    scaled and shifted."""
+    cols, weight, bias, eps = layer_norm_args(affine, **options)
+    out = _normalized_rows(x.reshape(-1, cols), eps)
     if weight is not None:
-        out = out * weight.reshape(cols)
+        out = out * weight
     if bias is not None:
-        out = out + bias.reshape(cols)
+        out = out + bias
     return out.reshape(x.shape)
 
 
@@ -245,24 +256,32 @@ def _group_norm_rule(
     return input.shape, input.dtype
 
 
-def _group_norm_generic(
+def group_norm_with(
+    normalize: Callable[[Any, float], Any],
     x: Any,
-    *affine: Any,
+    affine: tuple[Any, ...],
     num_groups: int = 1,
     has_weight: bool = False,
     has_bias: bool = False,
     eps: float = 1e-5,
 ) -> Any:
-    """group_norm in numpy-API calls: each sample's groups of channels normalized
-    together, then each channel scaled and shifted."""
+    """group_norm with ``normalize(rows, eps)`` (a new array of the rows, each
+    normalized): each sample's groups of channels as one row, then each channel
+    scaled and shifted in place. Kernels pass their static arguments on here
+    (``**options``), so their defaults live here and in the rule."""
     weight, bias = affine_operands(affine, has_weight, has_bias)
     n, c = x.shape[:2]
-    out = _normalized_rows(x.reshape(n, num_groups, -1), float(eps)).reshape(n, c, -1)
+    out = normalize(x.reshape(n * num_groups, -1), float(eps)).reshape(n, c, -1)
     if weight is not None:
-        out = out * weight.reshape(c, 1)
+        out *= weight.reshape(c, 1)
     if bias is not None:
-        out = out + bias.reshape(c, 1)
+        out += bias.reshape(c, 1)
     return out.reshape(x.shape)
+
+
+def _group_norm_generic(x: Any, *affine: Any, **options: Any) -> Any:
+    """group_norm in numpy-API calls."""
+    return group_norm_with(_normalized_rows, x, affine, **options)
 
 
 _group_norm = define_op(

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..._core.errors import ArgumentError
+from ..._core import ArgumentError
 from ...tensor import Tensor
 from ..registry import GENERIC, define_op
 from .common import (
@@ -41,17 +41,30 @@ class PoolGeometry(NamedTuple):
     dh: int
     dw: int
     out_shape: Shape
+    count_include_pad: bool = True  # avg_pool2d's divisors
+    divisor_override: int | None = None
 
 
 def pool_geometry(
     what: str,
     x: Any,
     kernel_size: Any,
-    stride: Any,
-    padding: Any,
-    dilation: Any,
-    ceil_mode: bool,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
 ) -> PoolGeometry:
+    """A pooling's checks and geometry. The pooling ops' kernels pass their
+    static arguments on here (``**options``), so their defaults live here and
+    in the rules (the ops' signatures)."""
+    if divisor_override is not None and (
+        isinstance(divisor_override, bool)
+        or not isinstance(divisor_override, (int, np.integer))
+        or divisor_override < 1
+    ):
+        raise ArgumentError(f"divisor_override must be a positive int, got {divisor_override!r}")
     spatial_input(what, x)
     float_dtype(what, x)
     kh, kw = ints(kernel_size, 2, "kernel_size", 1)
@@ -65,7 +78,9 @@ def pool_geometry(
     wo = _pool_size(w, kw, sw, pw, dw, ceil_mode)
     if ho < 1 or wo < 1:
         raise ValueError(f"{what}: input {h}x{w} is too small for the window (output {ho}x{wo})")
-    return PoolGeometry(kh, kw, sh, sw, ph, pw, dh, dw, (*x.shape[:-2], ho, wo))
+    out_shape = (*x.shape[:-2], ho, wo)
+    include = bool(count_include_pad)
+    return PoolGeometry(kh, kw, sh, sw, ph, pw, dh, dw, out_shape, include, divisor_override)
 
 
 def _pool_cost(shape: Shape, dtype: np.dtype[Any], /, x: Tensor, **static: Any) -> float:
@@ -91,16 +106,9 @@ def _planes(x: Any, g: PoolGeometry, fill: float) -> Any:
     return padded_for_windows(x.reshape(-1, *x.shape[-2:]), g, rows, cols, fill)
 
 
-def _max_pool2d_generic(
-    x: Any,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-) -> Any:
+def _max_pool2d_generic(x: Any, **options: Any) -> Any:
     """The largest of each window, over strided views of the input padded with -inf."""
-    g = pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    g = pool_geometry("max_pool2d", x, **options)
     taps = window_taps(_planes(x, g, -np.inf), g, *g.out_shape[-2:])
     return functools.reduce(np.maximum, taps).reshape(g.out_shape)
 
@@ -131,39 +139,28 @@ def _avg_pool2d_rule(
     count_include_pad: bool = True,
     divisor_override: int | None = None,
 ) -> RuleOut:
-    if divisor_override is not None and (
-        isinstance(divisor_override, bool)
-        or not isinstance(divisor_override, (int, np.integer))
-        or divisor_override < 1
-    ):
-        raise ArgumentError(f"divisor_override must be a positive int, got {divisor_override!r}")
-    geo = pool_geometry("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode)
+    geo = pool_geometry(
+        "avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode,
+        count_include_pad, divisor_override,
+    )  # fmt: skip
     return geo.out_shape, input.dtype
 
 
-def _avg_pool2d_generic(
-    x: Any,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    ceil_mode: bool = False,
-    count_include_pad: bool = True,
-    divisor_override: int | None = None,
-) -> Any:
+def _avg_pool2d_generic(x: Any, **options: Any) -> Any:
     """Window sums over strided views of the zero-padded input, each divided by
     its window's count: positions inside the input, and inside the padding with
     ``count_include_pad`` (never those past it that ceil_mode adds), as PyTorch."""
-    g = pool_geometry("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
+    g = pool_geometry("avg_pool2d", x, **options)
     padded = _planes(x, g, 0.0)
     h, w = x.shape[-2:]
     counted = np.zeros(padded.shape[-2:], x.dtype)
-    if count_include_pad:
+    if g.count_include_pad:
         counted[: h + 2 * g.ph, : w + 2 * g.pw] = 1
     else:
         counted[g.ph : g.ph + h, g.pw : g.pw + w] = 1
     total = functools.reduce(np.add, window_taps(padded, g, *g.out_shape[-2:]))
     count = functools.reduce(np.add, window_taps(counted, g, *g.out_shape[-2:]))
-    divisor = count if divisor_override is None else x.dtype.type(divisor_override)
+    divisor = count if g.divisor_override is None else x.dtype.type(g.divisor_override)
     return (total / divisor).astype(x.dtype, copy=False).reshape(g.out_shape)
 
 

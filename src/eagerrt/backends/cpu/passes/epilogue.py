@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...._core.config import config
+from ...._core import config
 from ....graph.cost_model import node_cost
 from ....graph.ir import Graph, Node, Value
 from ....graph.kernels import kernel_for, out_form_for

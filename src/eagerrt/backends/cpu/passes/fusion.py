@@ -31,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from ...._core.config import config
+from ...._core import config
 from ....graph.cost_model import node_cost
 from ....graph.ir import Graph, Node, Value
 from ....graph.kernels import kernel_for, out_form_for
+from ....ops import elementwise, manipulation
 from ....ops.registry import GENERIC, Op, get_op, registering_backend_kernels
 from ..codegen import (
     HEADER,
@@ -95,8 +96,6 @@ def _builtin_ops() -> dict[int, tuple[str, Any]]:
     """id(op) -> (name, its kernel as shipped), for the ops with scalar forms."""
     global _builtin
     if _builtin is None:
-        from ....ops import elementwise, manipulation
-
         ops: dict[str, Op] = dict(elementwise.UFUNC_OPS)
         ops.update(
             relu=elementwise.relu,

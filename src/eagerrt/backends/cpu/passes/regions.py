@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ...._core.config import config
+from ...._core import config
 from ....graph.ir import Graph, Node, Value
+from ....ops.linalg import matmul
 from ..codegen import HEADER, NJIT, ScalarEmitter, index_expr, loop_nest
 from .fusion import (
     _builtin_ops,
@@ -60,17 +61,9 @@ INLINE_STEPS = 8
 _NS_PER_MAC = 0.3
 _NS_PER_ELEMENT = 1.0
 
-_matmul_op: Any = None
-
 
 def _is_matmul(node: Node) -> bool:
-    global _matmul_op
-    if _matmul_op is None:
-        from ....ops.linalg import matmul
-
-        _matmul_op = matmul
-    op = node.op
-    return op is _matmul_op and not users_kernel(op)
+    return node.op is matmul and not users_kernel(node.op)
 
 
 def tiny_matmul(node: Node) -> bool:

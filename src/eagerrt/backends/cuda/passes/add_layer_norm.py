@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from ....graph.ir import Graph, Value
+from ....graph.ir import Graph, Node, Value
 from ....graph.passes.rewrite import builtin, make_node, single_reader
-from ....ops.registry import GENERIC, Op, get_op
+from ....ops.registry import GENERIC, get_op
 from .. import nn as cuda_nn
+from . import fused_op, replace_each
 
 __all__ = ["add_layer_norm", "run"]
 
@@ -38,35 +39,29 @@ def _kernel(x: np.ndarray, residual: np.ndarray, *affine: Any, **norm: Any) -> n
 
 
 #: ``layer_norm(x + residual, ...)``: the fused node's op (a pass's own).
-add_layer_norm = Op("add_layer_norm", _rule, weak_scalars=False, doc=__doc__)
-add_layer_norm.register_kernel(GENERIC, _kernel)
-add_layer_norm.register_kernel("cuda", cuda_nn.add_layer_norm)
+add_layer_norm = fused_op("add_layer_norm", _rule, _kernel, cuda_nn.add_layer_norm, __doc__)
 
 
 def run(graph: Graph) -> int:
     """Fuse in place; returns how many layer norms took their sum."""
-    count = 0
-    for norm in list(graph.nodes):
-        if not builtin(norm, "layer_norm"):
-            continue
-        source, *affine = norm.inputs
-        if type(source) is not Value or source.node is None or not builtin(source.node, "add"):
-            continue
-        if not single_reader(graph, source, graph.use_counts()):
-            continue
-        add = source.node
-        x, residual = add.inputs
-        if not (type(x) is Value and type(residual) is Value):
-            continue
-        node = make_node(
-            add_layer_norm, [x, residual, *affine], dict(norm.static), site=norm.site,
-            output=norm.out,
-        )  # fmt: skip
-        if node is None:
-            continue
-        graph.nodes[graph.nodes.index(norm)] = node  # the sum's operands come before it
-        graph.nodes.remove(add)
-        count += 1
-    if count:
-        graph.note("add + layer norm", f"{count} layer norms took the sum before them")
-    return count
+    return replace_each(
+        graph, "layer_norm", _fused, "add + layer norm", "layer norms took the sum before them"
+    )
+
+
+def _fused(graph: Graph, norm: Node) -> tuple[Node, list[Node]] | None:
+    """The fused node replacing ``norm``, and the sum it makes redundant."""
+    source, *affine = norm.inputs
+    if type(source) is not Value or source.node is None or not builtin(source.node, "add"):
+        return None
+    if not single_reader(graph, source, graph.use_counts()):
+        return None
+    add = source.node
+    x, residual = add.inputs
+    if not (type(x) is Value and type(residual) is Value):
+        return None
+    node = make_node(
+        add_layer_norm, [x, residual, *affine], dict(norm.static), site=norm.site,
+        output=norm.out,
+    )  # fmt: skip
+    return None if node is None else (node, [add])

@@ -25,8 +25,9 @@ import numpy as np
 
 from ....graph.ir import Graph, Node, Value
 from ....graph.passes.rewrite import builtin, make_node, single_reader
-from ....ops.registry import GENERIC, Op, get_op
+from ....ops.registry import GENERIC, get_op
 from .. import nn as cuda_nn
+from . import fused_op, replace_each
 
 __all__ = ["conv2d_relu", "run"]
 
@@ -55,29 +56,14 @@ def _kernel(
 
 #: ``relu(conv2d(x, w, b) + residual)``: the fused node's op (a pass's own, not
 #: registered by name).
-conv2d_relu = Op("conv2d_relu", _rule, operands=4, weak_scalars=False, doc=__doc__)
-conv2d_relu.register_kernel(GENERIC, _kernel)
-conv2d_relu.register_kernel("cuda", cuda_nn.conv2d_relu)
+conv2d_relu = fused_op("conv2d_relu", _rule, _kernel, cuda_nn.conv2d_relu, __doc__, operands=4)
 
 
 def run(graph: Graph) -> int:
     """Fuse in place; returns how many ReLUs took their convolution."""
-    count = 0
-    for relu in list(graph.nodes):
-        if not builtin(relu, "relu"):
-            continue
-        counts = graph.use_counts()
-        fused = _fused(graph, relu, counts)
-        if fused is None:
-            continue
-        new, gone = fused
-        graph.nodes[graph.nodes.index(relu)] = new  # every operand is defined before the ReLU
-        for node in gone:
-            graph.nodes.remove(node)
-        count += 1
-    if count:
-        graph.note("conv + relu", f"{count} convolutions took the ReLU (and sum) after them")
-    return count
+    return replace_each(
+        graph, "relu", _fused, "conv + relu", "convolutions took the ReLU (and sum) after them"
+    )
 
 
 def _conv_of(graph: Graph, value: Any, counts: dict[int, int]) -> Node | None:
@@ -88,9 +74,10 @@ def _conv_of(graph: Graph, value: Any, counts: dict[int, int]) -> Node | None:
     return node if builtin(node, "conv2d") else None
 
 
-def _fused(graph: Graph, relu: Node, counts: dict[int, int]) -> tuple[Node, list[Node]] | None:
+def _fused(graph: Graph, relu: Node) -> tuple[Node, list[Node]] | None:
     """The fused node replacing ``relu``, and the nodes it makes redundant."""
     (source,) = relu.inputs
+    counts = graph.use_counts()
     conv = _conv_of(graph, source, counts)
     residual = None
     gone: list[Node] = []
