@@ -185,6 +185,9 @@ def _nd_op(name: str, kind: str, numpy_fn: Callable[..., Any]) -> Op:
     return op
 
 
+#: The n-d transforms' lengths ``s`` and ``axes``: one int per transformed axis.
+Sizes = Sequence[int] | None
+
 _fft = _one_axis_op("fft", "c2c", np.fft.fft)
 _ifft = _one_axis_op("ifft", "c2c", np.fft.ifft)
 _rfft = _one_axis_op("rfft", "r2c", np.fft.rfft)
@@ -269,14 +272,7 @@ def ihfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backw
 
 
 @exposes(_fftn)
-def fftn(
-    x: Any,
-    /,
-    *,
-    s: Sequence[int] | None = None,
-    axes: Sequence[int] | None = None,
-    norm: str = "backward",
-) -> Tensor:
+def fftn(x: Any, /, *, s: Sizes = None, axes: Sizes = None, norm: str = "backward") -> Tensor:
     """The n-dimensional transform over ``axes`` (by default the last len(s), or
     all), of lengths ``s`` (-1 keeps an axis' size).
 
@@ -289,14 +285,7 @@ def fftn(
 
 
 @exposes(_ifftn)
-def ifftn(
-    x: Any,
-    /,
-    *,
-    s: Sequence[int] | None = None,
-    axes: Sequence[int] | None = None,
-    norm: str = "backward",
-) -> Tensor:
+def ifftn(x: Any, /, *, s: Sizes = None, axes: Sizes = None, norm: str = "backward") -> Tensor:
     """The inverse of :func:`fftn`.
 
     >>> import eagerrt as ert
@@ -308,14 +297,7 @@ def ifftn(
 
 
 @exposes(_rfftn)
-def rfftn(
-    x: Any,
-    /,
-    *,
-    s: Sequence[int] | None = None,
-    axes: Sequence[int] | None = None,
-    norm: str = "backward",
-) -> Tensor:
+def rfftn(x: Any, /, *, s: Sizes = None, axes: Sizes = None, norm: str = "backward") -> Tensor:
     """The n-dimensional transform of real input; the last of ``axes`` keeps
     only its non-negative frequencies.
 
@@ -327,14 +309,7 @@ def rfftn(
 
 
 @exposes(_irfftn)
-def irfftn(
-    x: Any,
-    /,
-    *,
-    s: Sequence[int] | None = None,
-    axes: Sequence[int] | None = None,
-    norm: str = "backward",
-) -> Tensor:
+def irfftn(x: Any, /, *, s: Sizes = None, axes: Sizes = None, norm: str = "backward") -> Tensor:
     """The inverse of :func:`rfftn` (the last axis' length defaults to 2 * (m - 1)).
 
     >>> import eagerrt as ert

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...._core import config
+from ....devices import cpu
 from ....graph.cost_model import node_cost
 from ....graph.ir import Graph, Node, Value
 from ....graph.kernels import kernel_for, out_form_for
@@ -73,7 +74,7 @@ def _product(v: Any, group: list[Node], users: dict[int, list[Node]], outputs: s
     root = group[-1].out
     if v.shape != root.shape or v.dtype != root.dtype or v.dtype.kind != "f":
         return False
-    if getattr(v.device, "name", None) != "cpu" or users_kernel(node.op):
+    if v.device is not cpu or users_kernel(node.op):
         return False
     members = {id(n) for n in group}
     return all(id(u) in members for u in users.get(v.id, ()))

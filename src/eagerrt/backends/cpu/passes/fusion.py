@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ...._core import config
+from ....devices import cpu
 from ....graph.cost_model import node_cost
 from ....graph.ir import Graph, Node, Value
 from ....graph.kernels import kernel_for, out_form_for
@@ -135,7 +136,7 @@ def fusible(node: Node) -> bool:
     if known is None or len(node.outputs) != 1:
         return False
     out = node.out
-    if getattr(out.device, "name", None) != "cpu" or not numba_dtype_ok(out.dtype):
+    if out.device is not cpu or not numba_dtype_ok(out.dtype):
         return False
     op = node.op
     if users_kernel(op) or op._specializers.get("cpu") or kernel_for(node) is not known[1]:

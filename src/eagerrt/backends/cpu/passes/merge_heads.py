@@ -16,6 +16,7 @@ view::
 
 from __future__ import annotations
 
+from ....devices import cpu
 from ....graph.cost_model import node_cost
 from ....graph.ir import Graph, Node, Value
 from ..attention import sdpa_out_form
@@ -33,7 +34,7 @@ def _merged(attention: Node, users: dict[int, list[Node]], outputs: set[int]) ->
     result = attention.outputs[0]
     if result.ndim != 4 or result.id in outputs or result.dtype.kind != "f":
         return None
-    if getattr(result.device, "name", None) != "cpu" or users_kernel(attention.op):
+    if result.device is not cpu or users_kernel(attention.op):
         return None  # a device's own kernel, or another device: its layouts are its own
     if any(type(a) is not Value for a in attention.inputs):
         return None

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ...._core import config
+from ....devices import cpu
 from ....graph.ir import Graph, Node, Value
 from ....ops.linalg import matmul
 from ..codegen import HEADER, NJIT, ScalarEmitter, index_expr, loop_nest
@@ -75,7 +76,7 @@ def tiny_matmul(node: Node) -> bool:
         return False
     if out.dtype not in (np.float32, np.float64) or a.dtype != out.dtype or b.dtype != out.dtype:
         return False
-    if getattr(out.device, "name", None) != "cpu" or a.device is not out.device:
+    if out.device is not cpu or a.device is not out.device:
         return False
     if 0 in a.shape or 0 in b.shape:
         return False
