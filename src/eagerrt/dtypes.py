@@ -115,14 +115,10 @@ def result_type(*arrays_and_dtypes: Any) -> np.dtype[Any]:
     """
     if not arrays_and_dtypes:
         raise DTypeError("result_type needs at least one tensor or dtype")
-    parts: list[Any] = []
-    for x in arrays_and_dtypes:
-        if isinstance(x, Tensor):
-            parts.append(x.dtype)
-        elif isinstance(x, (builtins.bool, int, float, complex)):
-            parts.append(x)
-        else:
-            parts.append(_dtype_of(x, "result_type"))
+    parts: list[Any] = [
+        x if isinstance(x, (builtins.bool, int, float, complex)) else _dtype_of(x, "result_type")
+        for x in arrays_and_dtypes
+    ]
     if not any(isinstance(p, np.dtype) for p in parts):
         raise DTypeError("result_type needs at least one tensor or dtype, not only Python scalars")
     try:

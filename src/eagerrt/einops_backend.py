@@ -117,7 +117,8 @@ class _Hook(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         if name != _BACKENDS_MODULE:
             return None
-        _remove_hook()  # find the real spec without this hook, and only once
+        if self in sys.meta_path:  # find the real spec without this hook, and only once
+            sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.loader is not None:
             spec.loader = _DefineAfterLoad(spec.loader)
@@ -125,11 +126,6 @@ class _Hook(importlib.abc.MetaPathFinder):
 
 
 _hook = _Hook()
-
-
-def _remove_hook() -> None:
-    if _hook in sys.meta_path:
-        sys.meta_path.remove(_hook)
 
 
 def install() -> None:

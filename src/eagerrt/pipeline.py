@@ -48,7 +48,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Generic, NoReturn, TypedDict, TypeVar, Unpack, final
 
 import anyio
@@ -230,15 +229,10 @@ class Stage(Generic[R]):
         self._open = run
         return run.results
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         run, self._open = self._open, None
         assert run is not None
-        await run.close(exc)
+        await run.close()
 
     def __aiter__(self) -> NoReturn:
         raise UsageError(
@@ -311,7 +305,7 @@ class _Run(Generic[R]):
             if isinstance(stage.source, Stage):
                 self._upstream = _Run(stage.source)
                 await self._upstream.open()
-                self._stack.push_async_callback(self._upstream.close, None)
+                self._stack.push_async_callback(self._upstream.close)
             if stage.progress:
                 self._bar = _require_tqdm()(
                     total=self._total(),
@@ -325,7 +319,7 @@ class _Run(Generic[R]):
             await self._stack.aclose()
             raise
 
-    async def close(self, exc: BaseException | None) -> None:
+    async def close(self) -> None:
         """Stop every task of this run (and its upstream stages), close the source.
 
         The caller's own exception, if any, goes on unchanged: the task group is
@@ -484,10 +478,7 @@ class _Run(Generic[R]):
 
     async def _call(self, item: Any) -> Any:
         fn = self.stage.fn
-        if self.stage.thread:
-            result = await anyio.to_thread.run_sync(fn, item)
-        else:
-            result = fn(item)
+        result = await anyio.to_thread.run_sync(fn, item) if self.stage.thread else fn(item)
         return await resolve(result)
 
     def _fail(self, seq: int, error: PipelineError) -> None:

@@ -32,7 +32,6 @@ import json
 import os
 import threading
 import time
-from types import TracebackType
 from typing import Any, final
 
 from ._core import AsyncValue, Event, UsageError, on_worker_thread, profiling
@@ -68,12 +67,7 @@ class Profile(profiling.Recording):
         self.start_ns = time.perf_counter_ns()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
         profiling.stop(self)
         # Let the ops called inside finish, unless leaving on an error or from
         # inside a kernel (where waiting could wait for that kernel itself).
@@ -175,12 +169,16 @@ class Profile(profiling.Recording):
                 out.append(_meta("thread_name", pid, tid, label))
                 out.append(_meta("thread_sort_index", pid, tid, tid, "sort_index"))
 
-        def us(ns: int) -> float:
-            return (ns - origin) / 1e3
+        def at(e: Event, ns: int) -> dict[str, Any]:
+            """Where a trace event sits: its time (us since the start) and track."""
+            return {
+                "ts": (ns - origin) / 1e3,
+                "pid": pids[e.device],
+                "tid": tids[e.device, e.track],
+            }
 
         by_id = {e.id: e for e in events}
         for e in events:
-            pid, tid = pids[e.device], tids[(e.device, e.track)]
             args: dict[str, Any] = {
                 "inline": e.inline,
                 "queued_us": round(e.wait_ns / 1e3, 3),
@@ -194,18 +192,8 @@ class Profile(profiling.Recording):
                 args["parent_id"] = e.parent
             if e.args:
                 args.update(e.args)
-            out.append(
-                {
-                    "name": e.name,
-                    "cat": e.kind,
-                    "ph": "X",
-                    "ts": us(e.start_ns),
-                    "dur": e.duration_ns / 1e3,
-                    "pid": pid,
-                    "tid": tid,
-                    "args": args,
-                }
-            )
+            slice_ = {"name": e.name, "cat": e.kind, "ph": "X", "dur": e.duration_ns / 1e3}
+            out.append({**slice_, **at(e, e.start_ns), "args": args})
         flow_id = 0
         for e in events:
             for dep in e.inputs:
@@ -213,31 +201,12 @@ class Profile(profiling.Recording):
                 if producer is None:
                     continue
                 flow_id += 1
+                flow = {"name": "dependency", "cat": "dependency", "id": flow_id}
                 # The start binds to the slice enclosing its time on the
                 # producer's track, so it sits just inside the producer's end.
-                out.append(
-                    {
-                        "name": "dependency",
-                        "cat": "dependency",
-                        "ph": "s",
-                        "id": flow_id,
-                        "ts": us(max(producer.start_ns, producer.end_ns - 1)),
-                        "pid": pids[producer.device],
-                        "tid": tids[(producer.device, producer.track)],
-                    }
-                )
-                out.append(
-                    {
-                        "name": "dependency",
-                        "cat": "dependency",
-                        "ph": "f",
-                        "bp": "e",
-                        "id": flow_id,
-                        "ts": us(e.start_ns),
-                        "pid": pids[e.device],
-                        "tid": tids[(e.device, e.track)],
-                    }
-                )
+                start = max(producer.start_ns, producer.end_ns - 1)
+                out.append({**flow, "ph": "s", **at(producer, start)})
+                out.append({**flow, "ph": "f", "bp": "e", **at(e, e.start_ns)})
         return {"traceEvents": out, "displayTimeUnit": "ms"}
 
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> None:
@@ -270,7 +239,7 @@ class Profile(profiling.Recording):
         row = {t: i for i, t in enumerate(tracks)}
         names = _by_total_time(e for e in events if e.kind not in _CONTAINERS)
         palette = colormaps["tab20"]
-        colour = {n: palette(i % 20) for i, n in enumerate(names)}
+        colour: dict[str, Any] = {n: palette(i % 20) for i, n in enumerate(names)}
         fig = Figure(figsize=(width, 1.2 + 0.45 * max(len(tracks), 1)))
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
@@ -280,16 +249,10 @@ class Profile(profiling.Recording):
             start = (e.start_ns - origin) / 1e6
             length = max(e.duration_ns / 1e6, 1e-4)
             if e.kind in _CONTAINERS:  # a compiled call: an outline around its steps
-                ax.broken_barh(
-                    [(start, length)], (y - 0.42, 0.84), facecolors="none", edgecolors="0.4"
-                )
+                band, face, edge = (y - 0.42, 0.84), "none", "0.4"
             else:
-                ax.broken_barh(
-                    [(start, length)],
-                    (y - 0.3, 0.6),
-                    facecolors=colour[e.name],
-                    edgecolors="black" if e.failed else "none",
-                )
+                band, face, edge = (y - 0.3, 0.6), colour[e.name], "black" if e.failed else "none"
+            ax.broken_barh([(start, length)], band, facecolors=face, edgecolors=edge)
         ax.set_yticks(range(len(tracks)), [f"{d}: {t}" for d, t in tracks])
         ax.set_ylim(-0.7, len(tracks) - 0.3)
         ax.invert_yaxis()

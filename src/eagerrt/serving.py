@@ -49,7 +49,6 @@ import inspect
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, final
 
 import anyio
@@ -204,12 +203,7 @@ class MicroBatcher:
         self._state = "open"
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         assert self._tg is not None
         self._state = "closing"
         if exc is not None:
@@ -261,21 +255,15 @@ class MicroBatcher:
         assert self._tg is not None and self._slots is not None
         while True:
             await self._slots.acquire()
-            batch = await self._form_batch()
-            if batch is None:  # closing and nothing left
-                self._slots.release()
-                return
+            batch: list[_Request] = []
+            while not batch:
+                formed = await self._form_one()
+                if formed is None:  # closing and nothing left
+                    self._slots.release()
+                    return
+                # Callers cancelled while the batch formed are left out; the rest run.
+                batch = [r for r in formed if not r.cancelled]
             self._tg.start_soon(self._serve, batch)
-
-    async def _form_batch(self) -> list[_Request] | None:
-        while True:
-            batch = await self._form_one()
-            if batch is None:
-                return None
-            # Callers cancelled while the batch formed are left out; the rest run.
-            batch = [r for r in batch if not r.cancelled]
-            if batch:
-                return batch
 
     async def _form_one(self) -> list[_Request] | None:
         assert self._arrival is not None
@@ -369,13 +357,9 @@ def _row(outputs: Any, i: int, size: int) -> Any:
         return {k: _row(o, i, size) for k, o in outputs.items()}
     shape = getattr(outputs, "shape", None)
     if shape is None or len(shape) == 0 or shape[0] != size:
+        what = type(outputs).__name__ if shape is None else f"shape {tuple(shape)}"
         raise ArgumentError(
-            f"the model returned {_describe(outputs)} for a batch of {size}: each output "
+            f"the model returned {what} for a batch of {size}: each output "
             "needs the batch as its first axis"
         )
     return outputs[i]
-
-
-def _describe(value: Any) -> str:
-    shape = getattr(value, "shape", None)
-    return f"shape {tuple(shape)}" if shape is not None else type(value).__name__

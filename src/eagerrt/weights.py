@@ -125,24 +125,23 @@ def load_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
                 f"{path}: tensor {name!r} ends at byte {end} of a {data.size}-byte data "
                 "section (the file is truncated?)"
             )
-        count = math.prod(shape)
-        if dtype_name == "BF16":
-            if end - begin != 2 * count:
-                raise _size_mismatch(path, name, dtype_name, shape, end - begin)
-            halves = data[begin:end].view("<u2").astype(np.uint32)
-            array = (halves << 16).view(np.float32).reshape(shape)
-        else:
-            dtype = _DTYPES.get(dtype_name)
-            if dtype is None:
-                raise WeightsError(
-                    f"{path}: tensor {name!r} has dtype {dtype_name}, which eagerrt can't "
-                    f"load; supported: {', '.join([*_DTYPES, 'BF16'])}"
-                )
-            if end - begin != dtype.itemsize * count:
-                raise _size_mismatch(path, name, dtype_name, shape, end - begin)
-            array = data[begin:end].view(dtype).reshape(shape)
+        # BF16, which numpy has no type for, is read as its bits and widened below.
+        dtype = np.dtype("<u2") if dtype_name == "BF16" else _DTYPES.get(dtype_name)
+        if dtype is None:
+            raise WeightsError(
+                f"{path}: tensor {name!r} has dtype {dtype_name}, which eagerrt can't "
+                f"load; supported: {', '.join([*_DTYPES, 'BF16'])}"
+            )
+        if end - begin != dtype.itemsize * math.prod(shape):
+            raise WeightsError(
+                f"{path}: tensor {name!r} ({dtype_name}, shape {shape}) has {end - begin} bytes "
+                "of data, which does not fit its shape"
+            )
+        array = data[begin:end].view(dtype)
+        if dtype_name == "BF16":  # exactly: bfloat16 is float32's top half
+            array = (array.astype(np.uint32) << 16).view(np.float32)
         spans.append((begin, end, name))
-        tensors[name] = array
+        tensors[name] = array.reshape(shape)
     spans.sort()
     for (_, end, first), (begin, _, second) in itertools.pairwise(spans):
         if begin < end:
@@ -172,15 +171,6 @@ def _entry(path: str, name: str, entry: Any) -> tuple[str, tuple[int, ...], int,
     return dtype_name, shape, begin, end
 
 
-def _size_mismatch(
-    path: str, name: str, dtype: str, shape: tuple[int, ...], nbytes: int
-) -> WeightsError:
-    return WeightsError(
-        f"{path}: tensor {name!r} ({dtype}, shape {shape}) has {nbytes} bytes of data, "
-        "which does not fit its shape"
-    )
-
-
 def save_safetensors(
     path: str | os.PathLike[str],
     tensors: Mapping[str, Any],
@@ -200,7 +190,8 @@ def save_safetensors(
             raise WeightsError(f"tensor names must be strings, not {name!r}")
         if name == "__metadata__":
             raise WeightsError("'__metadata__' names the file's metadata, not a tensor")
-        array = np.asarray(_host_array(value), order="C")  # (ascontiguousarray makes 0-d 1-d)
+        host = value.numpy() if isinstance(value, Tensor) else value
+        array = np.asarray(host, order="C")  # (ascontiguousarray makes 0-d 1-d)
         dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
         if dtype not in _NAMES:
             raise WeightsError(
@@ -239,12 +230,6 @@ def save_safetensors(
         if isinstance(exc, OSError):
             raise WeightsError(f"cannot write weights to {path}: {exc}") from exc
         raise
-
-
-def _host_array(value: Any) -> np.ndarray:
-    if isinstance(value, Tensor):
-        return np.asarray(value.numpy())
-    return np.asarray(value)
 
 
 def rename(

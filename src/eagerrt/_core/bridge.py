@@ -20,6 +20,7 @@ import contextlib
 import sys
 import threading
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 from .async_value import AsyncValue
@@ -29,14 +30,12 @@ from .errors import UsageError
 __all__ = ["Available", "wait_async"]
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Available:
     """``await Available(value)``: suspend until ``value`` is available (ready or
     failed), without reading it (a tensor's data is not copied to the host)."""
 
-    __slots__ = ("value",)
-
-    def __init__(self, value: AsyncValue) -> None:
-        self.value = value
+    value: AsyncValue
 
     def __await__(self) -> Generator[Any, None, None]:
         if not self.value.is_available():

@@ -147,29 +147,25 @@ class Config:
         """Call ``listener()`` whenever a cost-model constant changes."""
         self._listeners.append(listener)
 
-    def override(self, **changes: object) -> contextlib.AbstractContextManager[Config]:
+    @contextlib.contextmanager
+    def override(self, **changes: object) -> Iterator[Config]:
         """Temporarily change settings (process-wide) inside a ``with`` block.
 
         Blocks restore what they saved, so they must nest: for sync mode in
         concurrent tasks, use :func:`sync_mode`, which counts open blocks.
         """
-        return _override(self, changes)
-
-
-@contextlib.contextmanager
-def _override(cfg: Config, changes: dict[str, object]) -> Iterator[Config]:
-    known = {f.name for f in fields(Config) if f.init}
-    unknown = sorted(set(changes) - known)
-    if unknown:
-        raise TypeError(f"unknown eagerrt setting(s) {unknown}; known: {sorted(known)}")
-    saved = {name: getattr(cfg, name) for name in changes}
-    for name, value in changes.items():
-        setattr(cfg, name, value)
-    try:
-        yield cfg
-    finally:
-        for name, value in saved.items():
-            setattr(cfg, name, value)
+        known = {f.name for f in fields(Config) if f.init}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(f"unknown eagerrt setting(s) {unknown}; known: {sorted(known)}")
+        saved = {name: getattr(self, name) for name in changes}
+        for name, value in changes.items():
+            setattr(self, name, value)
+        try:
+            yield self
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
 
 
 _COST_FIELDS = frozenset({"op_overhead_ns", "ns_per_element", "ns_per_flop"})
@@ -189,7 +185,8 @@ config = Config(
 renew_after_fork(config, "_scope_lock", threading.RLock)
 
 
-def sync_mode() -> contextlib.AbstractContextManager[Config]:
+@contextlib.contextmanager
+def sync_mode() -> Iterator[Config]:
     """Run every op inline at call time inside the block (process-wide).
 
     For debugging (errors surface at the line that caused them) and for small
@@ -203,11 +200,6 @@ def sync_mode() -> contextlib.AbstractContextManager[Config]:
     ...     t.is_ready()
     True
     """
-    return _sync_scope()
-
-
-@contextlib.contextmanager
-def _sync_scope() -> Iterator[Config]:
     config._enter_sync_scope(+1)
     try:
         yield config

@@ -201,8 +201,7 @@ def _learn(code: types.CodeType) -> tuple[types.CodeType, dict[int, SourceLine] 
     if len(_codes) >= _MAX_CODES:  # code made on the fly (a notebook's cells): start over
         _codes.clear()
     lines: dict[int, SourceLine] | None = None if code.co_filename.startswith(_PACKAGE_DIR) else {}
-    known = (code, lines)
-    _codes[id(code)] = known
+    known = _codes[id(code)] = (code, lines)
     return known
 
 
@@ -253,22 +252,18 @@ class Failure:
         with _unobserved_lock:
             _unobserved[id(self)] = self
             if len(_unobserved) > MAX_UNOBSERVED:
-                oldest = next(iter(_unobserved))
-                dropped = _unobserved.pop(oldest)
+                dropped = _unobserved.pop(next(iter(_unobserved)))  # the oldest
                 _log.warning(
                     "eagerrt: dropped an unread failure (over %d kept): %r", MAX_UNOBSERVED, dropped
                 )
 
     def to_exception(self, reading: str | None = None) -> KernelError:
         """A fresh KernelError for one read, marking this failure observed."""
-        with _unobserved_lock:
-            _unobserved.pop(id(self), None)
+        self.discard()  # observed: synchronize() must not raise it again
         where = f"\n  created at {self.site}" if self.site else ""
-        via = (
-            f"\n  (read through the result of {reading!r}, which depends on it)"
-            if (reading is not None and reading != self.op)
-            else ""
-        )
+        via = ""
+        if reading is not None and reading != self.op:
+            via = f"\n  (read through the result of {reading!r}, which depends on it)"
         cause = self.cause
         message = f"op {self.op!r} failed: {type(cause).__name__}: {cause}{where}{via}"
         err = kernel_error_type(type(cause))(message)

@@ -164,29 +164,22 @@ def _warn_at_user_line(kind: str, flag: int) -> None:
         return
     name, site = _runners[frame.f_code](frame)
     message = f"{kind} encountered in {name}"
+    namespace = None
     if site is not None:  # made elsewhere (a worker runs it): the line recorded then
-        registry = _registries.setdefault(site.filename, {})
-        module = _module_of(site.filename)
-        warnings.warn_explicit(
-            message, RuntimeWarning, site.filename, site.lineno, module, registry
-        )
-        return
-    user = frame.f_back
-    while user is not None and user.f_code.co_filename.startswith(_PACKAGE_DIR):
-        user = user.f_back
-    if user is None:
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
-        return
-    namespace = user.f_globals
-    warnings.warn_explicit(
-        message,
-        RuntimeWarning,
-        user.f_code.co_filename,
-        user.f_lineno,
-        namespace.get("__name__", "<string>"),
-        namespace.setdefault("__warningregistry__", {}),
-        namespace,
-    )
+        filename, lineno, module = site.filename, site.lineno, _module_of(site.filename)
+        registry = _registries.setdefault(filename, {})
+    else:
+        user = frame.f_back
+        while user is not None and user.f_code.co_filename.startswith(_PACKAGE_DIR):
+            user = user.f_back
+        if user is None:
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            return
+        namespace = user.f_globals
+        filename, lineno = user.f_code.co_filename, user.f_lineno
+        module = namespace.get("__name__", "<string>")
+        registry = namespace.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, RuntimeWarning, filename, lineno, module, registry, namespace)
 
 
 def _module_of(filename: str) -> str:

@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .async_value import AsyncValue
@@ -165,12 +165,13 @@ class Recording:
         failed: bool = False,
         event_id: int | None = None,
         args: dict[str, Any] | None = None,
+        deps: tuple[int, ...] = (),
     ) -> int:
         """Store one finished piece of work; returns its event id.
 
         ``inputs`` and ``outputs`` are the values it read and made (tensors):
-        the inputs' producers become its dependencies, and later readers of
-        the outputs depend on it.
+        the inputs' producers become its dependencies (after ``deps``, ids of
+        events known already), and later readers of the outputs depend on it.
         """
         eid = next(self._ids) if event_id is None else event_id
         self._log.append(
@@ -185,7 +186,7 @@ class Recording:
                 end_ns,
                 inline,
                 source,
-                self.producers(inputs),
+                tuple(dict.fromkeys(deps + self.producers(inputs))),
                 parent,
                 failed,
                 args,
@@ -321,44 +322,25 @@ class Recording:
 _thread = threading.local()
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Launch:
     """Work being enqueued on a device while a profile records, with what its
     event needs: an id taken now (its result's readers name it at once), the
     dependencies, the user's line and the time it was called. A device passes
     it to :func:`record` when it reports the work, from any thread."""
 
-    __slots__ = (
-        "deps",
-        "device",
-        "event_id",
-        "name",
-        "outer",
-        "queued_ns",
-        "recording",
-        "reported",
-        "source",
-        "taken",
-    )
-
-    def __init__(
-        self,
-        recording: Recording,
-        event_id: int,
-        deps: tuple[int, ...],
-        source: SourceLine | None,
-    ) -> None:
-        self.recording = recording
-        self.event_id = event_id
-        self.deps = deps
-        self.source = source
-        self.queued_ns = time.perf_counter_ns()
-        self.taken = False
-        self.name = ""
-        self.device = ""
-        self.outer: Launch | None = None
-        #: Set when a device takes the launch: the profile, leaving its block,
-        #: waits for the device's report (see :func:`launching`).
-        self.reported: AsyncValue | None = None
+    recording: Recording
+    event_id: int
+    deps: tuple[int, ...]
+    source: SourceLine | None
+    queued_ns: int = field(init=False, default_factory=time.perf_counter_ns)
+    taken: bool = field(init=False, default=False)
+    name: str = field(init=False, default="")
+    device: str = field(init=False, default="")
+    outer: Launch | None = field(init=False, default=None)
+    #: Set when a device takes the launch: the profile, leaving its block,
+    #: waits for the device's report (see :func:`launching`).
+    reported: AsyncValue | None = field(init=False, default=None)
 
     def _await_report(self) -> Launch:
         if self.reported is None:
@@ -382,29 +364,19 @@ class Launch:
         If no device took the launch to report the work, the enqueue itself is
         recorded (on this thread), so the op shows either way."""
         _thread.launch = self.outer
-        recording = self.recording
         if not self.taken or failed:
-            start = self.queued_ns
-            recording.add(
-                (
-                    self.event_id,
-                    self.name,
-                    "op",
-                    self.device,
-                    track_name(),
-                    start,
-                    start,
-                    time.perf_counter_ns(),
-                    True,
-                    self.source,
-                    self.deps,
-                    None,
-                    failed,
-                    None,
-                )
+            self.recording.record(
+                self.name,
+                device=self.device,
+                start_ns=self.queued_ns,
+                end_ns=time.perf_counter_ns(),
+                source=self.source,
+                failed=failed,
+                event_id=self.event_id,
+                deps=self.deps,
             )
             self._report_done()  # a failed enqueue: the device will report nothing
-        recording.produced(result, self.event_id)
+        self.recording.produced(result, self.event_id)
 
 
 def launching() -> Launch | None:
@@ -502,37 +474,13 @@ def record(
     >>> [(e.name, e.track, e.duration_ns) for e in prof.events]
     [('memcpy', 'copy engine', 1000)]
     """
-    if launch is not None:
-        recording = launch.recording
-        deps = tuple(dict.fromkeys(launch.deps + recording.producers(inputs)))
-        recording.device_tracks.add((device, track))
-        recording.add(
-            (
-                launch.event_id,
-                name,
-                kind,
-                device,
-                track,
-                launch.queued_ns if queued_ns is None else queued_ns,
-                start_ns,
-                end_ns,
-                inline,
-                launch.source,
-                deps,
-                None,
-                failed,
-                None,
-            )
-        )
-        for value in outputs:
-            recording.produced(value, launch.event_id)
-        launch._report_done()
-        return launch.event_id
-    current = active
-    if current is None:
+    recording = active if launch is None else launch.recording
+    if recording is None:
         return None
-    current.device_tracks.add((device, track))
-    return current.record(
+    recording.device_tracks.add((device, track))
+    if launch is not None and queued_ns is None:
+        queued_ns = launch.queued_ns
+    eid = recording.record(
         name,
         device=device,
         track=track,
@@ -541,8 +489,13 @@ def record(
         queued_ns=queued_ns,
         kind=kind,
         inline=inline,
-        source=user_line(),
+        source=user_line() if launch is None else launch.source,
         inputs=inputs,
         outputs=outputs,
         failed=failed,
+        event_id=None if launch is None else launch.event_id,
+        deps=() if launch is None else launch.deps,
     )
+    if launch is not None:
+        launch._report_done()
+    return eid

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -239,8 +240,6 @@ def synchronize(timeout: float | None = None) -> None:
     >>> _ = ert.exp(ert.ones((1000, 1000)))
     >>> ert.synchronize()
     """
-    import time
-
     if _trampoline.help is not None:
         raise UsageError(
             "synchronize() was called inside a kernel, on a worker thread: it would wait "

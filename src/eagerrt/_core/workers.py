@@ -47,26 +47,22 @@ class WorkerPool:
     >>> pool.shutdown()
     """
 
+    #: The most tasks seen waiting in the queue at once (see :meth:`reset_peak`).
+    peak_queued: int
+
     def __init__(self, size: int, name: str) -> None:
         if size < 1:
             raise ValueError(f"a worker pool needs at least one thread, got {size}")
         self.size = size
         self.name = name
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._start_lock = threading.Lock()
-        self._submitted = itertools.count()
-        self._finished = itertools.count()
-        self._ran_by_caller = itertools.count()
-        #: The most tasks seen waiting in the queue at once (see :meth:`reset_peak`).
-        self.peak_queued = 0
         self._closed = False
+        self._reset_after_fork()
         _pools.add(self)
 
     def _reset_after_fork(self) -> None:
-        # A forked child has none of the parent's threads: start afresh on demand.
-        self._queue = queue.SimpleQueue()
-        self._threads = []
+        # Made afresh in a forked child too: it has none of the parent's threads.
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
         self._submitted = itertools.count()
         self._finished = itertools.count()

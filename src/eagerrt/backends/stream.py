@@ -1,7 +1,6 @@
 """The backend of stream devices: a compiled function runs as one native plan
-(``NativePlan``: the whole graph enqueued as one
-unit of work on one stream) on a device that takes them
-(``StreamDevice.runs_native_plans``), else op by op.
+(``NativePlan``: the whole graph enqueued as one unit of work on one stream)
+on a device that takes them (``StreamDevice.runs_native_plans``), else op by op.
 
 >>> import eagerrt as ert
 >>> from eagerrt.graph.backend import backend_for

@@ -83,9 +83,7 @@ def get_device(device: str | Device | None = None) -> Device:
                 del _devices[device]
         found = None
     if found is None:
-        found = _make_builtin(device)
-    if found is None:
-        found = _load_entry_point(device)
+        found = _make_builtin(device) or _load_entry_point(device)
     if found is None:
         raise DeviceError(
             f"unknown device {device!r} (or closed, with nothing to make it anew); known: "

@@ -69,10 +69,7 @@ class Device:
     @property
     def host_fallbacks(self) -> collections.Counter[str]:
         """How many times each op ran on the host for want of a kernel here."""
-        counts = self.__dict__.get("_host_fallbacks")
-        if counts is None:
-            counts = self.__dict__.setdefault("_host_fallbacks", collections.Counter())
-        return counts
+        return self.__dict__.setdefault("_host_fallbacks", collections.Counter())
 
     def close(self) -> None:
         """Take no new work: later ops, uploads and copies to this device raise

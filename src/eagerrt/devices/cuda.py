@@ -58,19 +58,14 @@ __all__ = ["INSTALL_HINT", "CudaDevice", "cuda_device"]
 INSTALL_HINT = "pip install 'eagerrt[cuda12]' (CUDA 12) or 'eagerrt[cuda13]' (CUDA 13)"
 
 
-def _import_cupy() -> Any:
+def cuda_device(index: int) -> CudaDevice:
+    """The device ``cuda:index`` (raises DeviceError without CuPy or that GPU)."""
     try:
         import cupy
     except ImportError as exc:
         raise DeviceError(
             f"the cuda device needs CuPy, which is not installed ({exc}); {INSTALL_HINT}"
         ) from None
-    return cupy
-
-
-def cuda_device(index: int) -> CudaDevice:
-    """The device ``cuda:index`` (raises DeviceError without CuPy or that GPU)."""
-    cupy = _import_cupy()
     try:
         count = int(cupy.cuda.runtime.getDeviceCount())
         why = ""
@@ -78,7 +73,7 @@ def cuda_device(index: int) -> CudaDevice:
         count, why = 0, f": {type(exc).__name__}: {exc}"
     if count == 0:
         raise DeviceError(
-            f"no CUDA GPU is visible{why or ''} (CuPy {cupy.__version__} is installed; check "
+            f"no CUDA GPU is visible{why} (CuPy {cupy.__version__} is installed; check "
             "the driver with nvidia-smi and CUDA_VISIBLE_DEVICES; if CuPy was built for "
             f"another CUDA version: {INSTALL_HINT})"
         )
@@ -260,9 +255,8 @@ class CudaDevice(StreamDevice):
     def _copy_to_host(self, stream: Any, value: DeviceValue) -> Any:
         import cupyx
 
-        cp = self._cp
         with self._device, stream:
-            source = cp.ascontiguousarray(value.native)
+            source = self._cp.ascontiguousarray(value.native)
             staged = cupyx.empty_pinned(source.shape, source.dtype)
             try:
                 source.get(stream=stream, out=staged, blocking=False)

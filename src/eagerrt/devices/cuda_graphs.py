@@ -99,21 +99,28 @@ class CapturedPlan:
         return outputs, checks
 
     def _plain(self, natives: list[Any]) -> tuple[list[Any], list[Any]]:
-        if self._graph is None and self.capture_error is None and self._capture_wanted:
-            with self._without_cub():  # the warm-up: the kernels the capture will use
-                outputs = self._run(natives)
-        else:
+        warm_up = self._graph is None and self.capture_error is None and self._capture_wanted
+        with self._without_cub(warm_up):  # the warm-up: the kernels the capture will use
             outputs = self._run(natives)
         return outputs, take_checks()
 
-    def _without_cub(self) -> contextlib.AbstractContextManager[None]:
-        """CuPy's reductions by its own kernels, not CUB's, inside the block: plain
-        kernels are what a capture records best, and the warm-up must compile the
-        same ones the capture launches (CuPy's setting is global: restored after)."""
+    @contextlib.contextmanager
+    def _without_cub(self, wanted: bool = True) -> Iterator[None]:
+        """CuPy's reductions by its own kernels, not CUB's, inside the block (if
+        ``wanted``): plain kernels are what a capture records best, and the warm-up must
+        compile the same ones the capture launches (CuPy's setting is global: restored after)."""
         core = getattr(self._cp, "_core", None)
-        if core is None or not hasattr(core, "set_reduction_accelerators"):
-            return contextlib.nullcontext()
-        return _accelerators_off(core)
+        if not wanted or core is None or not hasattr(core, "set_reduction_accelerators"):
+            yield
+            return
+        reductions, routines = core.get_reduction_accelerators(), core.get_routine_accelerators()
+        core.set_reduction_accelerators([])
+        core.set_routine_accelerators([])
+        try:
+            yield
+        finally:
+            core.set_reduction_accelerators(reductions)
+            core.set_routine_accelerators(routines)
 
     def _capture(self, stream: Any, natives: list[Any]) -> None:
         cp = self._cp
@@ -139,15 +146,3 @@ class CapturedPlan:
         self._pool, self._inputs, self._graph, self._stream = pool, inputs, graph, stream
         self._constants = natives[count:]
         self._outputs, self._checks = outputs, checks
-
-
-@contextlib.contextmanager
-def _accelerators_off(core: Any) -> Iterator[None]:
-    reductions, routines = core.get_reduction_accelerators(), core.get_routine_accelerators()
-    core.set_reduction_accelerators([])
-    core.set_routine_accelerators([])
-    try:
-        yield
-    finally:
-        core.set_reduction_accelerators(reductions)
-        core.set_routine_accelerators(routines)

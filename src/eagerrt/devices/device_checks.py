@@ -12,6 +12,7 @@ one fails the read with the kernel's message, naming the op and the user's line.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._core import Failure, SourceLine, user_line
@@ -19,19 +20,17 @@ from .._core import Failure, SourceLine, user_line
 __all__ = ["Check", "check_later", "checks_for", "first_failure", "take_checks"]
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Check:
     """A condition a kernel computed on the device instead of waiting for it
     (``flag``, a 0-d bool array, true on failure), made when the host reads a
     result that depends on it."""
 
-    __slots__ = ("failure", "flag", "message", "op", "site")
-
-    def __init__(self, flag: Any, op: str, site: SourceLine | None, message: str) -> None:
-        self.flag = flag
-        self.op = op
-        self.site = site
-        self.message = message
-        self.failure: Failure | None = None
+    flag: Any
+    op: str
+    site: SourceLine | None
+    message: str
+    failure: Failure | None = field(init=False, default=None)
 
 
 class _Pending(threading.local):

@@ -48,6 +48,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,7 @@ class DeviceMemoryError(EagerError, MemoryError):
     back what it could and retried)."""
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Stream:
     """One stream of a device: work enqueued on it runs in order.
 
@@ -89,33 +91,23 @@ class Stream:
     the device's first compute stream.
     """
 
-    __slots__ = (
-        "compute",
-        "device",
-        "enqueued",
-        "last_event",
-        "lock",
-        "lost",
-        "name",
-        "native",
-        "seen",
-    )
+    device: StreamDevice
+    name: str
+    native: Any
+    #: A compute stream (ops follow their operands' compute stream).
+    compute: bool = field(init=False)
+    #: Work items enqueued so far (a result's position on its stream).
+    enqueued: int = field(init=False, default=0)
+    #: The latest event recorded here, reused by results enqueued before it.
+    last_event: Event | None = field(init=False, default=None)
+    #: Per other stream, the position up to which this stream already waits.
+    seen: dict[Stream, int] = field(init=False, default_factory=dict)
+    lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    #: A parent's stream, in a forked child: its thread and work stayed there.
+    lost: bool = field(init=False, default=False)
 
-    def __init__(self, device: StreamDevice, name: str, native: Any) -> None:
-        self.device = device
-        self.name = name
-        self.native = native
-        #: A compute stream (ops follow their operands' compute stream).
-        self.compute = name.startswith("compute")
-        #: Work items enqueued so far (a result's position on its stream).
-        self.enqueued = 0
-        #: The latest event recorded here, reused by results enqueued before it.
-        self.last_event: Event | None = None
-        #: Per other stream, the position up to which this stream already waits.
-        self.seen: dict[Stream, int] = {}
-        self.lock = threading.Lock()
-        #: A parent's stream, in a forked child: its thread and work stayed there.
-        self.lost = False
+    def __post_init__(self) -> None:
+        self.compute = self.name.startswith("compute")
 
     # The stream it replaces is saved per thread or task (a context variable),
     # not on the stream: threads and tasks enter the same stream at once.
@@ -135,17 +127,15 @@ class Stream:
         return f"<stream {self.name} of {self.device.name}>"
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Event:
     """A point on a stream: done once all work enqueued there before it is done."""
 
-    __slots__ = ("done", "native", "position", "stream")
-
-    def __init__(self, stream: Stream, native: Any, position: int) -> None:
-        self.stream = stream
-        self.native = native
-        self.position = position
-        #: Completed on the host once the event is (made on first need).
-        self.done: AsyncValue | None = None
+    stream: Stream
+    native: Any
+    position: int
+    #: Completed on the host once the event is (made on first need).
+    done: AsyncValue | None = field(init=False, default=None)
 
 
 class DeviceValue:
@@ -274,19 +264,11 @@ class StreamDevice(Device):
         is done (it must not call the device's API: it only hands over)."""
         raise NotImplementedError
 
-    def _launch(
-        self,
-        stream: Any,
-        op: Any,
-        kernel: Callable[..., Any],
-        values: Sequence[Any],
-        static: dict[str, Any],
-        shape: tuple[int, ...],
-        dtype: np.dtype[Any],
-    ) -> tuple[Any, Any]:
-        """Enqueue ``kernel`` (of ``op``, an :class:`~eagerrt.ops.registry.Op`) on
-        ``stream`` (operands are DeviceValues or Python scalars); returns
-        ``(native, handle)`` of the result, allocated now."""
+    def _launch(self, stream: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """Enqueue on ``stream`` the kernel of an op, given the rest of :meth:`enqueue`'s
+        arguments ``(op, kernel, values, static, shape, dtype)`` (``op`` an
+        :class:`~eagerrt.ops.registry.Op`; operands DeviceValues or Python scalars);
+        returns ``(native, handle)`` of the result, allocated now."""
         raise NotImplementedError
 
     def _stage(self, array: np.ndarray) -> Any:
@@ -379,9 +361,8 @@ class StreamDevice(Device):
         if event is None:
             stream = value.stream
             with stream.lock:
-                last = stream.last_event
-                event = last if last is not None and last.position >= value.position else None
-                if event is None:
+                event = stream.last_event
+                if event is None or event.position < value.position:
                     event = self._record(stream)
             value.event = event
         return event
@@ -473,9 +454,13 @@ class StreamDevice(Device):
         leaner launch."""
         return None
 
-    def _stream_after(self, values: Sequence[Any]) -> tuple[Stream, list[Event]]:
-        """The stream new work on ``values`` goes to, and the events there it must
-        wait for first (releasing what dropped values no longer need, on the way)."""
+    def _enqueue(
+        self, values: Sequence[Any], launch: Callable[..., tuple[Any, Any]], *args: Any
+    ) -> tuple[Stream, int, Any, Any]:
+        """Run ``launch(native stream, *args)`` (:meth:`_launch` or :meth:`_launch_plan`)
+        on the stream new work on ``values`` goes to, after the waits it needs (releasing
+        what dropped values no longer need, on the way): ``(stream, the work's position
+        there, native, handle)``."""
         if self._retired or self._retained:
             self._tidy(_RELEASE_CHECKS)
         stream = self._pick_stream(values)
@@ -485,15 +470,6 @@ class StreamDevice(Device):
                 event = self._order_after(stream, v)
                 if event is not None:
                     waits.append(event)
-        return stream, waits
-
-    def _enqueue(
-        self, values: Sequence[Any], launch: Callable[..., tuple[Any, Any]], *args: Any
-    ) -> tuple[Stream, int, Any, Any]:
-        """Run ``launch(native stream, *args)`` (:meth:`_launch` or
-        :meth:`_launch_plan`) on the stream new work on ``values`` goes to, after
-        the waits it needs: ``(stream, the work's position there, native, handle)``."""
-        stream, waits = self._stream_after(values)
         try:
             return self._launch_on(stream, waits, launch, args)
         except MemoryError:  # give back what can be given, then one retry
@@ -546,9 +522,8 @@ class StreamDevice(Device):
         """Enqueue a compiled plan as one unit of work on one stream: ``values``
         (DeviceValues: its inputs, then the constants it reads) ordered before
         it as an op's operands are; the results' values, ready at once."""
-        natives = [v.native for v in values]
         stream, position, results, handle = self._enqueue(
-            values, self._launch_plan, runner, natives, values
+            values, self._launch_plan, runner, [v.native for v in values], values
         )
         # One handle shared by every result, or (a list) one each.
         handles = handle if type(handle) is list else [handle] * len(results)
@@ -556,15 +531,9 @@ class StreamDevice(Device):
             DeviceValue(self, stream, position, r, h) for r, h in zip(results, handles, strict=True)
         ]
 
-    def _launch_plan(
-        self,
-        stream: Any,
-        runner: Callable[[Any, list[Any]], Any],
-        natives: list[Any],
-        values: Sequence[Any],
-    ) -> tuple[list[Any], Any]:
-        """Run ``runner`` on ``stream``: (result natives, their shared handle, or
-        a list of one handle per result)."""
+    def _launch_plan(self, stream: Any, *args: Any, **kwargs: Any) -> tuple[list[Any], Any]:
+        """Run :meth:`enqueue_plan`'s runner on ``stream``, given ``(runner, natives,
+        values)``: (result natives, their shared handle, or a list of one handle each)."""
         raise NotImplementedError
 
     # -- memory lifetimes -----------------------------------------------------------
@@ -594,10 +563,6 @@ class StreamDevice(Device):
             if not all(self._event_done(e.native) for e in entry[0]):
                 retained.append(entry)
 
-    def _retain_until(self, event: Event, keep: Any) -> None:
-        """Keep ``keep`` alive until ``event`` is done (a staging buffer in a copy)."""
-        self._retained.append(([event], keep))
-
     def _reclaim_all(self) -> None:
         """Out of memory: wait for every retained value's streams, free them,
         and let the device give back its caches, before one retry."""
@@ -623,7 +588,7 @@ class StreamDevice(Device):
             self._reclaim_all()
             value = self._upload(staged)
         assert value.event is not None
-        self._retain_until(value.event, staged)
+        self._retained.append(([value.event], staged))  # kept until the copy is done
         return value
 
     def _upload(self, staged: Any) -> DeviceValue:
@@ -648,19 +613,16 @@ class StreamDevice(Device):
             done = self._record(stream)
         return staged, done
 
-    def _read(self, value: DeviceValue, staged: Any, reading: str | None) -> np.ndarray:
-        failure = self.stream_failure(value)
-        if failure is not None:
-            raise failure.to_exception(reading)
-        return self._unstage(staged)
-
     def to_numpy(self, native: Any) -> np.ndarray:
         """Copy a value to the host and wait for it (blocks this thread)."""
         value: DeviceValue = native
         staged, event = self._download(value)
         next(self._host_syncs)
         self._event_synchronize(event.native)
-        return self._read(value, staged, None)
+        failure = self.stream_failure(value)
+        if failure is not None:
+            raise failure.to_exception()
+        return self._unstage(staged)
 
     def start_download(self, value: DeviceValue) -> tuple[AsyncValue, Callable[[], np.ndarray]]:
         """Enqueue a copy of ``value`` to the host without waiting: an AsyncValue
@@ -695,7 +657,7 @@ class StreamDevice(Device):
         if self._event_done(event.native):
             done._complete(READY, None)
         elif self.completion == "watcher":
-            self._watch(event, done)
+            self._host_queue("watcher", self._watch_forever).put((event, done))
         else:
             self._notify(event, done)
         return done
@@ -710,11 +672,6 @@ class StreamDevice(Device):
             self._wait_event(notify.native, event.native)
             self._host_callback(notify.native, lambda: completer.put(done))
 
-    def _watch(self, event: Event, done: AsyncValue) -> None:
-        """The watcher strategy: a host thread blocks on the oldest watched
-        event, then polls the others."""
-        self._host_queue("watcher", self._watch_forever).put((event, done))
-
     def _host_queue(
         self, role: str, drain: Callable[[queue.SimpleQueue[Any]], None]
     ) -> queue.SimpleQueue[Any]:
@@ -726,10 +683,12 @@ class StreamDevice(Device):
                 found = self._host_queues.get(role)
                 if found is None:
                     found = self._host_queues[role] = queue.SimpleQueue()
-                    _start_thread(f"eagerrt-{self.name}-{role}", drain, found)
+                    name = f"eagerrt-{self.name}-{role}"
+                    threading.Thread(target=drain, args=(found,), name=name, daemon=True).start()
         return found
 
     def _watch_forever(self, watched: queue.SimpleQueue[tuple[Event, AsyncValue]]) -> None:
+        """The watcher strategy: block on the oldest watched event, then poll the others."""
         never_run_tasks_here()  # completions run continuations here: they must not block it
         pending: list[tuple[Event, AsyncValue]] = []
         while True:
@@ -811,7 +770,3 @@ def _complete_forever(completer: queue.SimpleQueue[AsyncValue]) -> None:
     never_run_tasks_here()  # completions run continuations here: they must not block it
     while True:
         completer.get()._complete(READY, None)
-
-
-def _start_thread(name: str, target: Callable[..., None], *args: Any) -> None:
-    threading.Thread(target=target, args=args, name=name, daemon=True).start()

@@ -38,6 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -126,15 +127,13 @@ class _ThreadStream:
             )
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class _Cell:
     """What stream-side work sees of a value: a view that does not keep its
     memory alive, and the failure found making it."""
 
-    __slots__ = ("failure", "raw")
-
-    def __init__(self, raw: np.ndarray) -> None:
-        self.raw = raw
-        self.failure: Failure | None = None
+    raw: np.ndarray
+    failure: Failure | None = field(init=False, default=None)
 
 
 def _arrays(operands: list[Any]) -> list[Any] | Failure:
@@ -162,19 +161,13 @@ def _write(cell: _Cell, result: Any, what: str) -> None:
     np.copyto(cell.raw, result)
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class _ThreadPlan:
     """A compiled plan as the test device runs it: ``run(arrays)`` on the stream
     thread, into results allocated (``results``: shapes and dtypes) at enqueue."""
 
-    __slots__ = ("results", "run")
-
-    def __init__(
-        self,
-        run: Callable[[list[Any]], Any],
-        results: list[tuple[tuple[int, ...], np.dtype[Any]]],
-    ) -> None:
-        self.run = run
-        self.results = results
+    run: Callable[[list[Any]], Any]
+    results: list[tuple[tuple[int, ...], np.dtype[Any]]]
 
     def __call__(self, stream: Any, natives: list[Any]) -> Any:  # pragma: no cover
         raise AssertionError("the test device runs its plans through _launch_plan")
@@ -223,8 +216,7 @@ class HostBlockPool:
         owning = np.frombuffer(keeper, np.uint8)[:nbytes]  # type: ignore[call-overload]
         owning = owning.view(dtype).reshape(shape)
         owning.flags.writeable = False  # handed to users: they read, kernels write
-        raw = block.raw[:nbytes].view(dtype).reshape(shape)
-        return owning, raw
+        return owning, block.raw[:nbytes].view(dtype).reshape(shape)
 
     def _reset_after_fork(self) -> None:
         # In a forked child no stream runs the parent's work: every free block
@@ -238,7 +230,7 @@ class HostBlockPool:
             block = self._released.popleft()
             assert block.home is not None
             if block.home.thread.is_alive():
-                block.released = self.device._marker(block.home)
+                block.released = self.device._record_event(block.home)
             else:  # a parent's stream, in a forked child: nothing reads it any more
                 block.released = _ALREADY
             self._free.append(block)
@@ -322,13 +314,10 @@ class ThreadStreamDevice(StreamDevice):
         self._threads.append(stream)
         return stream
 
-    def _marker(self, stream: _ThreadStream) -> threading.Event:
+    def _record_event(self, stream: _ThreadStream) -> threading.Event:
         marker = threading.Event()
         stream.put(None, marker.set)
         return marker
-
-    def _record_event(self, stream: _ThreadStream) -> threading.Event:
-        return self._marker(stream)
 
     def _wait_event(self, stream: _ThreadStream, event: threading.Event) -> None:
         stream.put(None, event.wait)
@@ -396,19 +385,17 @@ class ThreadStreamDevice(StreamDevice):
         cells = [_Cell(raw) for _, raw in made]
         site = user_line()
 
-        def fail(failure: Failure) -> None:
-            for cell in cells:
-                cell.failure = failure
-
         def work() -> None:
             arrays = _arrays(operands)
-            if isinstance(arrays, Failure):
-                return fail(arrays)
-            try:
-                for cell, result in zip(cells, runner.run(arrays), strict=True):
-                    _write(cell, result, "a compiled plan")
-            except Exception as exc:
-                fail(Failure("function", site, exc))
+            failure = arrays if isinstance(arrays, Failure) else None
+            if not isinstance(arrays, Failure):
+                try:
+                    for cell, result in zip(cells, runner.run(arrays), strict=True):
+                        _write(cell, result, "a compiled plan")
+                except Exception as exc:
+                    failure = Failure("function", site, exc)
+            for cell in cells:
+                cell.failure = failure
 
         stream.put("function", work, profiling.launching())
         return [owning for owning, _ in made], cells
@@ -420,9 +407,8 @@ class ThreadStreamDevice(StreamDevice):
         self, stream: _ThreadStream, staged: np.ndarray
     ) -> tuple[np.ndarray, _Cell]:
         owning, raw = self.pool.allocate(stream, staged.shape, staged.dtype)
-        cell = _Cell(raw)
         stream.put("upload", lambda: np.copyto(raw, staged), profiling.launching())
-        return owning, cell
+        return owning, _Cell(raw)
 
     def _copy_to_host(self, stream: _ThreadStream, value: DeviceValue) -> np.ndarray:
         cell: _Cell = value.handle
@@ -439,8 +425,7 @@ class ThreadStreamDevice(StreamDevice):
         return staged
 
     def stream_failure(self, value: DeviceValue) -> Any:
-        cell: _Cell = value.handle
-        return cell.failure
+        return value.handle.failure  # its _Cell's
 
     def _reclaim(self) -> None:
         self.pool.trim()

@@ -183,9 +183,6 @@ class _Sub:
     def cost(self) -> float:
         return self._plan.cost if self._plan is not None else self._estimate
 
-    def describe(self) -> str:
-        return _describe(self.tree, self.types)
-
 
 class _TypeStr:
     def __init__(self, text: str) -> None:
@@ -223,15 +220,7 @@ def _trace(
     tensor leaves (other leaves are passed as they are) and compile it."""
     if not callable(fn):
         raise ArgumentError(f"{role} must be a function, got {fn!r}\n  at {site}")
-    inputs: list[Value] = []
-    symbolic: list[Any] = []
-    for leaf in leaves:
-        if type(leaf) is Tensor:
-            v = Value(leaf.shape, leaf.dtype, leaf.device, name=f"%in{len(inputs)}")
-            inputs.append(v)
-            symbolic.append(traced_tensor(v))
-        else:
-            symbolic.append(leaf)
+    inputs, _, symbolic = tracing._symbolic(leaves)
     name = getattr(fn, "__name__", role)
     trace = _SubTrace(Graph(name, inputs), tracing._current.get())
     token = tracing._current.set(trace)
@@ -309,7 +298,7 @@ def _check_same(
     raise kind(
         f"{what}: {a_name} and {b_name} must give the same structure of tensors with "
         f"the same shapes and dtypes, but {a_name} {a_verb} {_describe(a_tree, a_types)} "
-        f"and {b_name} returned {b.describe()}\n  at {site}"
+        f"and {b_name} returned {_describe(b.tree, b.types)}\n  at {site}"
     )
 
 
@@ -371,50 +360,43 @@ def _results(values: list[Any]) -> Any:
 
 
 @dataclass(eq=False, repr=False)
-class _Branches:
-    true: _Sub
-    false: _Sub
+class _Pair:
+    """A control-flow op's static argument: cond's true and false branches, or a
+    loop's cond and body, and how many operands come before the captured tensors."""
+
+    first: _Sub
+    second: _Sub
     n_operands: int
     serial: int = field(default_factory=lambda: next(_serials))
 
     def __repr__(self) -> str:
         # Unique per call: CSE compares static arguments by repr.
-        return f"<{self.true.name} | {self.false.name} #{self.serial}>"
+        return f"<{self.first.name} | {self.second.name} #{self.serial}>"
 
 
-def _cond_kernel(pred: Any, *arrays: Any, branches: _Branches) -> Any:
-    sub = branches.true if _truth(pred) else branches.false
+def _cond_kernel(pred: Any, *arrays: Any, branches: _Pair) -> Any:
+    sub = branches.first if _truth(pred) else branches.second
     n = branches.n_operands
     return _results(_execute(sub.plan, [*arrays[:n], *[arrays[i] for i in sub.captures]]))
 
 
-def _cond_cost(shape: Any, dtype: Any, *args: Any, branches: _Branches) -> float:
-    return config.op_overhead_ns + max(branches.true.cost, branches.false.cost)
+def _cond_cost(shape: Any, dtype: Any, *args: Any, branches: _Pair) -> float:
+    return config.op_overhead_ns + max(branches.first.cost, branches.second.cost)
 
 
-@dataclass(eq=False, repr=False)
-class _Loop:
-    cond: _Sub
-    body: _Sub
-    n_carry: int
-    serial: int = field(default_factory=lambda: next(_serials))
-
-    def __repr__(self) -> str:
-        return f"<{self.cond.name} | {self.body.name} #{self.serial}>"
-
-
-def _while_kernel(*arrays: Any, loop: _Loop) -> Any:
-    carry = list(arrays[: loop.n_carry])
-    cond_extra = [arrays[i] for i in loop.cond.captures]
-    body_extra = [arrays[i] for i in loop.body.captures]
-    cond_plan, body_plan = loop.cond.plan, loop.body.plan
+def _while_kernel(*arrays: Any, loop: _Pair) -> Any:
+    test, body = loop.first, loop.second
+    carry = list(arrays[: loop.n_operands])
+    cond_extra = [arrays[i] for i in test.captures]
+    body_extra = [arrays[i] for i in body.captures]
+    cond_plan, body_plan = test.plan, body.plan
     while _truth(_execute(cond_plan, [*carry, *cond_extra])[0]):
         carry = _execute(body_plan, [*carry, *body_extra])
     return _results(carry)
 
 
-def _while_cost(shape: Any, dtype: Any, *args: Any, loop: _Loop) -> float:
-    trip = loop.cond.cost + loop.body.cost + config.op_overhead_ns
+def _while_cost(shape: Any, dtype: Any, *args: Any, loop: _Pair) -> float:
+    trip = loop.first.cost + loop.second.cost + config.op_overhead_ns
     return config.op_overhead_ns + ASSUMED_TRIPS * trip
 
 
@@ -468,13 +450,13 @@ def _describe_runs(static: dict[str, Any]) -> Any:
 
     def describe(runs: list[Plan]) -> dict[str, Any]:
         if branches is not None:
-            taken = [sub for sub in (branches.true, branches.false) if sub._plan in runs]
+            taken = [sub for sub in (branches.first, branches.second) if sub._plan in runs]
             if not taken:
                 return {}
-            which = "true" if taken[0] is branches.true else "false"
+            which = "true" if taken[0] is branches.first else "false"
             return {"branch": which, "function": taken[0].name}
         assert loop is not None
-        body = loop.body._plan
+        body = loop.second._plan
         return {"iterations": sum(plan is body for plan in runs)}
 
     return describe
@@ -577,7 +559,7 @@ class _ControlTask(Task):
             a._untrack_reader(self)
 
 
-def _split(operands: Any, site: SourceLine | None) -> tuple[Any, list[Any], list[Tensor]]:
+def _split(operands: Any) -> tuple[Any, list[Any], list[Tensor]]:
     """Flattened operands with numpy arrays made tensors, and the tensor leaves."""
     leaves, tree = pytree.flatten(operands)
     leaves = [asarray(x) if isinstance(x, np.ndarray) else x for x in leaves]
@@ -632,23 +614,19 @@ def cond(
     """
     site = user_line()
     p = _predicate(pred, "ert.cond", site)
-    tree, leaves, tensors = _split(operands, site)
+    tree, leaves, tensors = _split(operands)
     true = _trace(true_fn, "true_fn", tree, leaves, site)
     false = _trace(false_fn, "false_fn", tree, leaves, site)
     _check_same("ert.cond", "true_fn", "returned", (true.tree, true.types), "false_fn", false, site)
     if not true.types:  # nothing to compute: the branches are pure
         return pytree.unflatten(true.tree, [])
     args = _operands(tensors, true, false)
-    branches = _Branches(true, false, len(tensors))
+    branches = _Pair(true, false, len(tensors))
     results = _emit(COND, [p, *args], {"branches": branches}, true.types, (true, false), site)
     return pytree.unflatten(true.tree, results)
 
 
-def while_loop(
-    cond_fn: Callable[[Any], Any],
-    body_fn: Callable[[Any], Any],
-    init_val: Any,
-) -> Any:
+def while_loop(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], init_val: Any) -> Any:
     """``val = init_val; while cond_fn(val): val = body_fn(val)``, on tensors.
 
     ``init_val`` is the loop-carried value: a tensor, or tuples, lists and dicts
@@ -680,11 +658,11 @@ def while_loop(
     if len(test.types) != 1 or test.types[0].dtype != np.dtype(bool) or test.types[0].size != 1:
         raise DTypeError(
             "ert.while_loop: cond_fn must return one bool tensor with one element, "
-            f"got {test.describe()}\n  at {site}"
+            f"got {_describe(test.tree, test.types)}\n  at {site}"
         )
     body = _trace(body_fn, "body_fn", arg_tree, list(carry), site)
     _check_same("ert.while_loop", "init_val", "is", (tree, carry), "body_fn", body, site)
     args = _operands(carry, test, body)
-    loop = _Loop(test, body, len(carry))
+    loop = _Pair(test, body, len(carry))
     results = _emit(WHILE_LOOP, args, {"loop": loop}, body.types, (test, body), site)
     return pytree.unflatten(tree, results)

@@ -67,10 +67,8 @@ def node_cost(node: Node) -> float:
 
 def assign_streams(nodes: list[Node], costs: list[float], threshold: float) -> list[int]:
     """A stream number per node (0, 1, ...; execution order within each)."""
-    producer: dict[int, int] = {}  # value id -> index of the node making it
-    for i, node in enumerate(nodes):
-        for v in node.outputs:
-            producer[v.id] = i
+    # Value id -> the index of the node making it.
+    producer = {v.id: i for i, node in enumerate(nodes) for v in node.outputs}
     parents = [
         sorted({producer[v.id] for v in node.value_inputs() if v.id in producer}) for node in nodes
     ]

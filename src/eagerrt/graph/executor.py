@@ -90,15 +90,9 @@ def run_plan(plan: Plan | OpByOpPlan | NativePlan, inputs: list[Tensor]) -> list
     # Parked: the thread completing the last input may run a cheap plan. Not
     # parked: over the graph threshold (tested above), so it goes to a worker.
     task = _PlanTask(results[0], plan.cost if pending else math.inf, device.executor)
-    task.plan = plan
-    task.inputs = inputs
-    task.results = results
-    task.site = user_line()
-    task.modes = caller_modes()
-    task.recording = recording = profiling.active
-    if recording is not None:
-        task.call_id = _expect_call(recording, results)
-        task.queued_ns = time.perf_counter_ns()
+    task.plan, task.inputs, task.results = plan, inputs, results
+    task.site, task.modes = user_line(), caller_modes()
+    _expect_call(task, results)
     schedule(task, pending)
     return results
 
@@ -162,17 +156,15 @@ def _fail(
 class _ReplayTask(Task):
     """A failed multi-segment call's replay, on a worker if the plan is costly."""
 
-    __slots__ = ("failure", "inputs", "plan", "results", "step")
+    __slots__ = ("call", "failure", "step")
 
-    plan: Plan
-    inputs: list[Tensor]
-    results: list[Tensor]
+    call: _Call
     failure: Failure
     step: bool
 
     def run(self) -> None:
         try:
-            _fail(self.plan, self.inputs, self.results, self.failure, step=self.step)
+            _fail(self.call.plan, self.call.inputs, self.call.results, self.failure, step=self.step)
         finally:  # its own value, which synchronize() waits for: nothing else completes it
             self.result._complete(READY, None)
 
@@ -184,24 +176,14 @@ def _fail_later(call: _Call, executor: Any, failure: Failure, *, step: bool) -> 
         _fail_all(call.results, failure)
         return
     task = _ReplayTask(AsyncValue(), call.plan.cost, executor)
-    task.plan, task.inputs, task.results = call.plan, call.inputs, call.results
-    task.failure, task.step = failure, step
+    task.call, task.failure, task.step = call, failure, step
     schedule(task, [])
 
 
 class _PlanTask(Task):
     """One execution of a plan once its inputs are ready."""
 
-    __slots__ = (
-        "call_id",
-        "inputs",
-        "modes",
-        "plan",
-        "queued_ns",
-        "recording",
-        "results",
-        "site",
-    )
+    __slots__ = ("call_id", "inputs", "modes", "plan", "queued_ns", "recording", "results", "site")
 
     plan: Plan
     inputs: list[Tensor]
@@ -298,31 +280,21 @@ class _SegmentTask(Task):
         if call.failure is not None:  # an earlier segment failed: skip the work
             done._complete(ERROR, call.failure)
             return
-        if call.recording is not None:
-            recorder = _step_recorder(
-                call, threading.current_thread().name, self.cost_ns <= config.inline_limit_ns
-            )
-            try:
-                call.plan.run_steps(call.plan.segments[self.index].steps, call.values, recorder)
-            except StepFailed as exc:
-                call.failure = call.failure or exc.failure
-                done._complete(ERROR, call.failure)
-                return
-            except Exception as exc:  # outside any step: still never leave the call waiting
-                call.failure = call.failure or call.plan.failure(exc)
-                done._complete(ERROR, call.failure)
-                return
-            done._complete(READY, None)
-            return
-        assert call.ctx is not None
         try:
-            segment = call.ctx.functions[self.index]
-            run_under(call.modes, segment, call.registers, call.ctx.outputs)
-        except Exception as exc:
-            call.failure = call.failure or call.plan.failure(exc)
+            if call.recording is not None:
+                inline = self.cost_ns <= config.inline_limit_ns
+                recorder = _step_recorder(call, threading.current_thread().name, inline)
+                call.plan.run_steps(call.plan.segments[self.index].steps, call.values, recorder)
+            else:
+                assert call.ctx is not None
+                segment = call.ctx.functions[self.index]
+                run_under(call.modes, segment, call.registers, call.ctx.outputs)
+                stop_counting_as_busy()
+        except Exception as exc:  # inside a step or not: never leave the call waiting
+            if call.failure is None:  # the first failure is the call's
+                call.failure = exc.failure if type(exc) is StepFailed else call.plan.failure(exc)
             done._complete(ERROR, call.failure)
             return
-        stop_counting_as_busy()
         done._complete(READY, None)
 
 
@@ -356,8 +328,7 @@ class _StartTask(Task):
         finish.call = call
         for k, segment in enumerate(call.plan.segments):
             task = _SegmentTask(call.done[k], segment.cost, self.executor)
-            task.call = call
-            task.index = k
+            task.call, task.index = call, k
             schedule(task, [call.done[d] for d in segment.deps])
         schedule(finish, call.done)
 
@@ -401,13 +372,9 @@ def _start_segments(
     executor: Any,
 ) -> None:
     call = _Call(plan, inputs, results)
-    call.recording = recording = profiling.active
-    if recording is not None:
-        call.call_id = _expect_call(recording, results)
-        call.queued_ns = time.perf_counter_ns()
+    _expect_call(call, results)
     start = _StartTask(AsyncValue(), 0.0, executor)
-    start.call = call
-    start.executor = executor
+    start.call, start.executor = call, executor
     schedule(start, pending)
 
 
@@ -415,13 +382,17 @@ def _start_segments(
 # (slower than the generated code, which can't report its steps; only then)
 
 
-def _expect_call(recording: profiling.Recording, results: list[Tensor]) -> int:
-    """The event id of a call that runs later; its results name it as producer."""
-    call_id = recording.new_id()
+def _expect_call(call: _PlanTask | _Call, results: list[Tensor]) -> None:
+    """If a profile records: the event id of a call that runs later (its results
+    name it as producer now), and when it was queued."""
+    call.recording = recording = profiling.active
+    if recording is None:
+        return
+    call.call_id = call_id = recording.new_id()
     for r in results:
         recording.produced(r, call_id)
     recording.expect(call_id, results[-1])  # the last one completes last
-    return call_id
+    call.queued_ns = time.perf_counter_ns()
 
 
 def _input_producers(
@@ -471,29 +442,17 @@ def _execute_recorded(
     call.recording = recording
     call.call_id = call_id
     call.queued_ns = queued_ns
+    call.site = site
     call.values = plan.step_values([t._value for t in inputs])
     call.made = _input_producers(recording, plan, inputs)
     track = threading.current_thread().name
-    start = time.perf_counter_ns()
+    call.started_ns = time.perf_counter_ns()
     failed = True
     try:
         plan.run_steps(plan.steps, call.values, _step_recorder(call, track, inline))
         failed = False
     finally:
-        recording.record(
-            plan.graph.name,
-            kind="graph",
-            device=_device_name(plan, inputs),
-            track=track,
-            queued_ns=queued_ns,
-            start_ns=start,
-            end_ns=time.perf_counter_ns(),
-            inline=inline,
-            source=site,
-            inputs=inputs,
-            failed=failed,
-            event_id=call_id,
-        )
+        _record_call(call, failed, track, inline)
         recording.done(call_id)
     return [call.values[v.id] for v in plan.outputs]
 
@@ -527,25 +486,32 @@ def _finish_recorded(call: _Call) -> None:
     """:class:`_FinishTask` for a recorded call: its outputs from the values."""
     recording = call.recording
     assert recording is not None
-    recording.record(
-        call.plan.graph.name,
-        kind="graph",
-        device=_device_name(call.plan, call.inputs),
-        queued_ns=call.queued_ns,
-        start_ns=call.started_ns,
-        end_ns=time.perf_counter_ns(),
-        inline=False,
-        source=call.site,
-        inputs=call.inputs,
-        failed=call.failure is not None,
-        event_id=call.call_id,
-    )
+    _record_call(call, call.failure is not None)
     if call.failure is not None:
         _fail(call.plan, call.inputs, call.results, call.failure, step=True)
     else:
         for r, v in zip(call.results, call.plan.outputs, strict=True):
             r._complete(READY, call.values[v.id])
     recording.done(call.call_id)
+
+
+def _record_call(call: _Call, failed: bool, track: str | None = None, inline: bool = False) -> None:
+    """The call's own event (kind ``graph``), the parent of its steps' events."""
+    assert call.recording is not None
+    call.recording.record(
+        call.plan.graph.name,
+        kind="graph",
+        device=_device_name(call.plan, call.inputs),
+        track=track,
+        queued_ns=call.queued_ns,
+        start_ns=call.started_ns,
+        end_ns=time.perf_counter_ns(),
+        inline=inline,
+        source=call.site,
+        inputs=call.inputs,
+        failed=failed,
+        event_id=call.call_id,
+    )
 
 
 # A numeric warning in a plan names the compiled function, at the user's call.

@@ -16,8 +16,7 @@ def _us(ns: float) -> str:
 def explain(name: str, compiled: Any) -> str:
     graph = compiled.graph
     plan = compiled.plan
-    lines = [f"ert.function {name}"]
-    lines.append("passes:")
+    lines = [f"ert.function {name}", "passes:"]
     lines += [f"  {pass_name}: {summary}" for pass_name, summary in graph.log]
     lines.append("optimized graph:")
     lines += ["  " + line for line in str(graph).splitlines()]
@@ -40,8 +39,7 @@ def explain(name: str, compiled: Any) -> str:
     for stream, steps in sorted(streams.items()):
         ops = ", ".join(f"{s.node.outputs[0].name} {s.node.name}" for s in steps[:12])
         more = f", ... ({len(steps)} in all)" if len(steps) > 12 else ""
-        cost = sum(s.cost for s in steps)
-        lines.append(f"  stream {stream} ({_us(cost)}): {ops}{more}")
+        lines.append(f"  stream {stream} ({_us(sum(s.cost for s in steps))}): {ops}{more}")
     lines.append(f"memory plan: {plan.memory.describe()}")
     lines.append("generated code:")
     lines += ["  " + line for line in plan.source.splitlines()]

@@ -144,9 +144,8 @@ class Function(Generic[_F]):
         self._max_traces = max_traces
         #: How many times the function has been traced (new signatures, evictions).
         self.traces = 0
-        # Signatures being compiled now -> (process, the compiling thread or task, a value
-        # set when done):
-        # concurrent first calls of one signature wait for one compile, not each do one.
+        # Signatures being compiled now -> (process, the compiling thread or task, a value set
+        # when done): concurrent first calls of one signature wait for one compile, not each do one.
         self._compiling: dict[tuple[Any, ...], tuple[int, int, AsyncValue]] = {}
         self._compiling_lock = threading.Lock()
         functools.update_wrapper(self, fn)
@@ -235,10 +234,8 @@ class Function(Generic[_F]):
         done = self._claim(key, me)
         if done is not None:
             done.wait()
-            compiled = self._cache.get(key)
-            if compiled is not None:
-                return compiled
-            return self._compile_once_sync(args, kwargs, key)  # that compile failed
+            # Its trace, unless that compile failed.
+            return self._cache.get(key) or self._compile_once_sync(args, kwargs, key)
         try:
             return self._compile_sync(args, kwargs, key)
         finally:
@@ -251,10 +248,8 @@ class Function(Generic[_F]):
         done = self._claim(key, me)
         if done is not None:
             await Available(done)
-            compiled = self._cache.get(key)
-            if compiled is not None:
-                return compiled
-            return await self._compile_once_async(args, kwargs, key)  # that one failed
+            # Its trace, unless that compile failed.
+            return self._cache.get(key) or await self._compile_once_async(args, kwargs, key)
         try:
             return await self._compile_async(args, kwargs, key)
         finally:
@@ -318,10 +313,7 @@ class Function(Generic[_F]):
         must not await anything real while tracing)."""
         leaves, tree = pytree.flatten((args, kwargs))
         key = _signature(leaves, tree, self._name)
-        compiled = self._cache.get(key)
-        if compiled is None:
-            compiled = self._compile_sync(args, kwargs, key)
-        return compiled
+        return self._cache.get(key) or self._compile_sync(args, kwargs, key)
 
     def measure_costs(self, *args: Any, repeats: int = 3, **kwargs: Any) -> dict[str, float]:
         """Time each step of the plan for these arguments (their data must be

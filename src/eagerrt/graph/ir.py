@@ -19,6 +19,7 @@ pass, like a fused kernel); its inputs are values or weak Python scalars; its
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -133,19 +134,12 @@ class Node:
         return f"<Node {format_node(self)}>"
 
 
-def _operand_str(a: Operand) -> str:
-    return a.name if type(a) is Value else repr(a)
-
-
-def _static_str(static: dict[str, Any]) -> str:
-    return "".join(f", {k}={v!r}" for k, v in static.items())
-
-
 def format_node(node: Node) -> str:
     outs = ", ".join(v.name for v in node.outputs)
-    args = ", ".join(map(_operand_str, node.inputs))
+    args = ", ".join(a.name if type(a) is Value else repr(a) for a in node.inputs)
+    static = "".join(f", {k}={v!r}" for k, v in node.static.items())
     types = ", ".join(v.type_str() for v in node.outputs)
-    return f"{outs} = {node.name}({args}{_static_str(node.static)}) : {types}"
+    return f"{outs} = {node.name}({args}{static}) : {types}"
 
 
 class Graph:
@@ -164,16 +158,14 @@ class Graph:
         self.log: list[tuple[str, str]] = []
 
     # -- queries -------------------------------------------------------------
-    def constants(self) -> list[Value]:
-        seen: dict[int, Value] = {}
+    def _reads(self) -> Iterator[Value]:
+        """Every read of a value: node operands in order, then the graph's outputs."""
         for node in self.nodes:
-            for v in node.value_inputs():
-                if v.is_const:
-                    seen.setdefault(v.id, v)
-        for v in self.outputs:
-            if v.is_const:
-                seen.setdefault(v.id, v)
-        return list(seen.values())
+            yield from node.value_inputs()
+        yield from self.outputs
+
+    def constants(self) -> list[Value]:
+        return list({v.id: v for v in self._reads() if v.is_const}.values())
 
     def users(self) -> dict[int, list[Node]]:
         """Value id -> the nodes reading it (a node once per operand it takes)."""
@@ -184,13 +176,7 @@ class Graph:
         return users
 
     def use_counts(self) -> dict[int, int]:
-        counts: dict[int, int] = {}
-        for node in self.nodes:
-            for v in node.value_inputs():
-                counts[v.id] = counts.get(v.id, 0) + 1
-        for v in self.outputs:
-            counts[v.id] = counts.get(v.id, 0) + 1
-        return counts
+        return dict(Counter(v.id for v in self._reads()))
 
     # -- edits ---------------------------------------------------------------
     def replace_uses(self, old: Value, new: Operand) -> None:
@@ -223,10 +209,7 @@ class Graph:
     def __str__(self) -> str:
         params = ", ".join(f"{v.name}: {v.type_str()}" for v in self.inputs)
         lines = [f"graph {self.name}({params}) {{"]
-        for c in self.constants():
-            lines.append(f"  {c.name} = const {c.type_str()}")
-        for node in self.nodes:
-            lines.append(f"  {format_node(node)}")
-        lines.append(f"  return {', '.join(v.name for v in self.outputs)}")
-        lines.append("}")
+        lines += [f"  {c.name} = const {c.type_str()}" for c in self.constants()]
+        lines += [f"  {format_node(node)}" for node in self.nodes]
+        lines += [f"  return {', '.join(v.name for v in self.outputs)}", "}"]
         return "\n".join(lines)

@@ -71,22 +71,13 @@ def _kib(n: int) -> str:
     return f"{n / 1024:.1f}"
 
 
-def plan_memory(
-    steps: list[PlannedStep],
-    outputs: list[Value],
-    external: set[int],
-) -> MemoryPlan:
+def plan_memory(steps: list[PlannedStep], outputs: list[Value], external: set[int]) -> MemoryPlan:
     """Assign buffers. ``external``: ids of values the plan does not own
     (inputs, constants), which are never written."""
     plan = MemoryPlan()
     output_ids = [v.id for v in outputs]
-    last_use: dict[int, int] = {}
-    for i, step in enumerate(steps):
-        for v in step.inputs:
-            last_use[v.id] = i
-    forever = len(steps)
-    for vid in output_ids:
-        last_use[vid] = forever
+    last_use = {v.id: i for i, step in enumerate(steps) for v in step.inputs}
+    last_use.update(dict.fromkeys(output_ids, len(steps)))  # outputs live to the end
 
     # The first output each output value fills (an output listed twice is one buffer).
     first_slot: dict[int, int] = {}
@@ -124,11 +115,8 @@ def plan_memory(
         if pool:
             # The smallest free buffer that fits, else the largest (it grows).
             fits = [b for b in pool if plan.capacities[b] >= nbytes]
-            b = (
-                min(fits, key=plan.capacities.__getitem__)
-                if fits
-                else max(pool, key=plan.capacities.__getitem__)
-            )
+            size = plan.capacities.__getitem__
+            b = min(fits, key=size) if fits else max(pool, key=size)
             pool.remove(b)
             plan.capacities[b] = max(plan.capacities[b], nbytes)
             return b

@@ -74,8 +74,7 @@ class NativePlan:
             first = len(results)
             for v in node.outputs:
                 results[v.id] = len(results)
-            kernel = node.op._kernel_for(device)
-            self._steps.append((node.op, kernel, sources, node.static, first))
+            self._steps.append((node.op, node.op._kernel_for(device), sources, node.static, first))
         self._results = [source(v) for v in graph.outputs]
         self._result_count = len(results)
         self.runner = device.plan_runner(

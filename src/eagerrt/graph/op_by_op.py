@@ -89,9 +89,7 @@ class OpByOpPlan:
         def get(a: Any) -> Any:
             if type(a) is not Value:
                 return a  # a weak Python scalar
-            if a.const is not None:
-                return a.const
-            return env[a.id]
+            return a.const if a.const is not None else env[a.id]
 
         for node in graph.nodes:
             out = call(node, [get(a) for a in node.inputs])

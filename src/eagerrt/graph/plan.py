@@ -14,6 +14,7 @@ from __future__ import annotations
 import linecache
 import math
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,8 +136,6 @@ class Plan:
         to ``values``; ``on_step(step, start_ns, end_ns, failed)`` after each.
         The profiler's way to run a plan: slower than the generated code, but
         every step is seen. Raises :class:`StepFailed` naming a failing step."""
-        import time
-
         clock = time.perf_counter_ns
         for step in steps:
             node = step.node
@@ -198,15 +197,9 @@ class Plan:
     def time_steps(self, inputs: list[Any], repeats: int = 3) -> list[float]:
         """Each step's best time in nanoseconds over ``repeats`` runs, step by
         step with the eager kernels (for the cost model, not for speed)."""
-        import time
-
         best = [math.inf] * len(self.steps)
         for _ in range(repeats):
-            values: dict[int, Any] = {
-                v.id: a for v, a in zip(self.graph.inputs, inputs, strict=True)
-            }
-            for c in self.graph.constants():
-                values[c.id] = c.const
+            values = self.step_values(inputs)
             for i, step in enumerate(self.steps):
                 node = step.node
                 args = [values[a.id] if type(a) is Value else a for a in node.inputs]
@@ -266,15 +259,11 @@ def lower(graph: Graph) -> Plan:
     steps: list[Step] = []
     for node in graph.nodes:
         kernel = kernel_for(node)
-        out_form = out_form_for(node, kernel)
-        steps.append(Step(node, kernel, out_form, node_cost(node)))
+        steps.append(Step(node, kernel, out_form_for(node, kernel), node_cost(node)))
     costs = [s.cost for s in steps]
     if sum(costs) > config.graph_inline_threshold_ns:  # not run inline: worth spreading
-        for step, stream in zip(
-            steps,
-            assign_streams([s.node for s in steps], costs, config.inline_threshold_ns),
-            strict=True,
-        ):
+        streams = assign_streams([s.node for s in steps], costs, config.inline_threshold_ns)
+        for step, stream in zip(steps, streams, strict=True):
             step.stream = stream
     segments = _segments(steps)
     external = {v.id for v in graph.inputs} | {v.id for v in graph.constants()}
@@ -345,18 +334,15 @@ def _generate(graph: Graph, steps: list[Step], segments: list[Segment], memory: 
         args.append(obj)
         return name
 
-    names: dict[int, str] = {}  # value id -> the name a segment reads it by
-    for c in graph.constants():
-        names[c.id] = bind("c", c.const)
+    # Value id -> the name a segment reads it by.
+    names: dict[int, str] = {c.id: bind("c", c.const) for c in graph.constants()}
     by_id = {v.id: v for s in steps for v in s.node.outputs}
-    views: dict[tuple[Any, ...], str] = {}  # one view per buffer, dtype and shape
-    buffer_specs: list[tuple[int, Any, tuple[int, ...]]] = []
+    views: dict[tuple[int, Any, tuple[int, ...]], str] = {}  # one per buffer, dtype and shape
     for vid, b in memory.scratch.items():
         value = by_id[vid]
         spec = (b, value.dtype, value.shape)
         if spec not in views:
-            views[spec] = f"b{b}_{len(buffer_specs)}"
-            buffer_specs.append(spec)
+            views[spec] = f"b{b}_{len(views)}"
         names[vid] = views[spec]
     for vid, slot in memory.direct_outputs.items():
         names[vid] = f"o[{slot}]"
@@ -366,11 +352,9 @@ def _generate(graph: Graph, steps: list[Step], segments: list[Segment], memory: 
     # (or are outputs of a multi-segment plan) travel in the register list r,
     # after the inputs.
     registers: dict[int, int] = {v.id: i for i, v in enumerate(graph.inputs)}
-    segment_of: dict[int, int] = {}
-    for k, seg in enumerate(segments):
-        for step in seg.steps:
-            for v in step.node.outputs:
-                segment_of[v.id] = k
+    segment_of = {
+        v.id: k for k, seg in enumerate(segments) for step in seg.steps for v in step.node.outputs
+    }
     if not single:
         wanted = [v.id for v in graph.outputs]
         for k, seg in enumerate(segments):
@@ -405,8 +389,7 @@ def _generate(graph: Graph, steps: list[Step], segments: list[Segment], memory: 
                 for v in step.node.value_inputs()
                 if v.id in registers and segment_of.get(v.id) != k
             )
-            for vid in needed:
-                lines.append(f"    v{vid} = r[{registers[vid]}]")
+            lines += [f"    v{vid} = r[{registers[vid]}]" for vid in needed]
         for step in seg.steps:
             node = step.node
             call_args = [operand(a) for a in node.inputs]
@@ -465,7 +448,7 @@ def _generate(graph: Graph, steps: list[Step], segments: list[Segment], memory: 
     )
     plan.factory = namespace["factory"]
     plan._factory_args = args
-    plan._buffer_specs = buffer_specs
+    plan._buffer_specs = list(views)
     plan._buffered_outputs = sorted(
         {*memory.direct_outputs.values(), *(slot for _, slot in memory.copied_outputs)}
     )
@@ -478,13 +461,7 @@ def _collect_lines(graph: Graph, memory: MemoryPlan, read: Callable[[Any], str])
     by_id = {v.id: v for v in graph.outputs}
     copied = dict(memory.copied_outputs)  # value id -> its output buffer
     lines = [f"    _copyto(o[{slot}], {read(by_id[vid])})" for vid, slot in copied.items()]
-    result = []
-    for v in graph.outputs:
-        if v.id in memory.direct_outputs:
-            result.append(f"o[{memory.direct_outputs[v.id]}]")
-        elif v.id in copied:
-            result.append(f"o[{copied[v.id]}]")
-        else:
-            result.append(read(v))
+    slots = {**memory.direct_outputs, **copied}  # written in place or copied
+    result = [f"o[{slots[v.id]}]" if v.id in slots else read(v) for v in graph.outputs]
     lines.append(f"    return [{', '.join(result)}]")
     return lines

@@ -41,8 +41,7 @@ def _flatten(obj: Any, leaves: list[Any]) -> Any:
 
 def unflatten(tree: Any, leaves: list[Any]) -> Any:
     """Rebuild the structure ``tree`` describes from ``leaves``."""
-    it = iter(leaves)
-    return _build(tree, it)
+    return _build(tree, iter(leaves))
 
 
 def _build(tree: Any, it: Any) -> Any:

@@ -65,15 +65,8 @@ class Replay:
         ops = []
         for node in reversed(graph.nodes):
             if any(v.id in live for v in node.outputs):
-                ops.append(
-                    _Op(
-                        node.op,
-                        tuple(node.inputs),
-                        dict(node.static),
-                        tuple(node.outputs),
-                        node.site,
-                    )
-                )
+                inputs, outputs = tuple(node.inputs), tuple(node.outputs)
+                ops.append(_Op(node.op, inputs, dict(node.static), outputs, node.site))
                 live.update(v.id for v in node.value_inputs())
         self.ops = ops[::-1]
         self.inputs = list(graph.inputs)
@@ -98,8 +91,7 @@ class Replay:
                 except Exception as exc:
                     failure = Failure(str(node.op.name), node.site, exc)
             if failure is not None:
-                for v in node.outputs:
-                    env[v.id] = failure
+                env.update((v.id, failure) for v in node.outputs)
                 continue
             results = result if len(node.outputs) > 1 else (result,)
             for v, r in zip(node.outputs, results, strict=True):

@@ -87,8 +87,7 @@ class Trace:
     ) -> Node:
         node = Node(op, [self.operand(a) for a in args], static, outs, site=outs[0].site)
         self.graph.nodes.append(node)
-        for v in outs:
-            self.values.add(v.id)
+        self.values.update(v.id for v in outs)
         return node
 
 
@@ -121,6 +120,15 @@ def _start(
 ) -> tuple[Trace, tuple[Any, ...], dict[str, Any], list[int]]:
     """The trace and the arguments with every tensor leaf made symbolic."""
     leaves, tree = pytree.flatten((args, kwargs))
+    inputs, positions, symbolic = _symbolic(leaves)
+    trace = Trace(Graph(name, inputs))
+    new_args, new_kwargs = pytree.unflatten(tree, symbolic)
+    return trace, new_args, new_kwargs, positions
+
+
+def _symbolic(leaves: list[Any]) -> tuple[list[Value], list[int], list[Any]]:
+    """Graph inputs for the tensor (or numpy array) leaves, where those leaves are,
+    and the leaves with each of them replaced by a symbolic tensor."""
     inputs: list[Value] = []
     positions: list[int] = []
     symbolic: list[Any] = []
@@ -133,9 +141,7 @@ def _start(
             symbolic.append(traced_tensor(v))
         else:
             symbolic.append(leaf)
-    trace = Trace(Graph(name, inputs))
-    new_args, new_kwargs = pytree.unflatten(tree, symbolic)
-    return trace, new_args, new_kwargs, positions
+    return inputs, positions, symbolic
 
 
 def _finish(trace: Trace, result: Any) -> Any:

@@ -7,6 +7,7 @@ this op runs only for an ``Erf`` used some other way.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -33,21 +34,16 @@ erf = define_op(
 )
 
 
-_erf_flat: Any = None
-
-
+@functools.cache
 def _compiled() -> Any:
-    global _erf_flat
-    if _erf_flat is None:
-        import numba
+    import numba
 
-        @numba.njit(nogil=True, cache=True)
-        def erf_flat(x: Any, out: Any) -> None:  # pragma: no cover - compiled
-            for i in range(x.size):
-                out[i] = math.erf(x[i])
+    @numba.njit(nogil=True, cache=True)
+    def erf_flat(x: Any, out: Any) -> None:  # pragma: no cover - compiled
+        for i in range(x.size):
+            out[i] = math.erf(x[i])
 
-        _erf_flat = erf_flat
-    return _erf_flat
+    return erf_flat
 
 
 @erf.kernel()

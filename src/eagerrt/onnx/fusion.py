@@ -26,16 +26,21 @@ from .graph import Node
 __all__ = ["fuse", "fuse_attention", "fuse_gelu"]
 
 
-def _scalar(name: str, constants: Mapping[str, Any], expected: float, rel: float = 1e-6) -> bool:
+def _value(name: str, constants: Mapping[str, Any], floating: bool = True) -> float | None:
+    """The value of ``name`` when it is a one-element constant (a floating one
+    unless ``floating=False``), else None."""
     value = constants.get(name)
     if value is None:
-        return False
+        return None
     value = np.asarray(value)
-    return (
-        value.size == 1
-        and value.dtype.kind == "f"
-        and math.isclose(float(value.reshape(())), expected, rel_tol=rel)
-    )
+    if value.size != 1 or (floating and value.dtype.kind != "f"):
+        return None
+    return float(value.reshape(()))
+
+
+def _scalar(name: str, constants: Mapping[str, Any], expected: float, rel: float = 1e-6) -> bool:
+    value = _value(name, constants)
+    return value is not None and math.isclose(value, expected, rel_tol=rel)
 
 
 def _other(node: Node, name: str) -> str | None:
@@ -95,13 +100,9 @@ def fuse_gelu(
         replacement[id(last)] = Node(
             "Gelu", f"{erf.name}/gelu", [x], [y], {"approximate": "none"}, "", erf.opset
         )
-    rewritten: list[Node] = []
-    for node in nodes:
-        if id(node) in replacement:
-            rewritten.append(replacement[id(node)])
-        elif id(node) not in removed:
-            rewritten.append(node)
-    return rewritten
+    return [
+        replacement.get(id(n), n) for n in nodes if id(n) not in removed or id(n) in replacement
+    ]
 
 
 def _tail(
@@ -153,24 +154,6 @@ def _users(nodes: Sequence[Node]) -> tuple[dict[str, Node], dict[str, list[Node]
     return producer, consumers
 
 
-def _scale_of(
-    name: str, producer: Mapping[str, Node], constants: Mapping[str, Any]
-) -> tuple[str, float, list[Node]]:
-    """``name`` as (unscaled input, scale, the Mul node) when a Mul by a scalar
-    constant makes it, else (name, 1.0, [])."""
-    node = producer.get(name)
-    if node is not None and node.op_type == "Mul" and len(node.outputs) == 1:
-        for i, c in enumerate(node.inputs):
-            value = constants.get(c)
-            if (
-                value is not None
-                and np.asarray(value).size == 1
-                and np.asarray(value).dtype.kind == "f"
-            ):
-                return node.inputs[1 - i], float(np.asarray(value).reshape(())), [node]
-    return name, 1.0, []
-
-
 def fuse_attention(
     nodes: Sequence[Node], constants: Mapping[str, Any], graph_outputs: set[str]
 ) -> list[Node]:
@@ -183,6 +166,17 @@ def fuse_attention(
     def single(name: str) -> Node | None:
         users = consumers.get(name, [])
         return users[0] if len(users) == 1 and name not in graph_outputs else None
+
+    def unscaled(name: str, reader: Node) -> tuple[str, float, list[Node]]:
+        """``name`` as (unscaled input, scale, [the Mul]) when a Mul by a scalar
+        constant makes it for ``reader`` alone, else (name, 1.0, [])."""
+        node = producer.get(name)
+        if node is not None and node.op_type == "Mul" and len(node.outputs) == 1:
+            for i, c in enumerate(node.inputs):
+                scale = _value(c, constants)
+                if scale is not None and single(name) is reader:  # read elsewhere: keep it
+                    return node.inputs[1 - i], scale, [node]
+        return name, 1.0, []
 
     position = {id(node): i for i, node in enumerate(nodes)}
     removed: set[int] = set()
@@ -224,9 +218,8 @@ def fuse_attention(
                 where.inputs[0] != isnan.outputs[0]
                 or where.inputs[2] != p
                 or single(isnan.outputs[0]) is not where
+                or _value(where.inputs[1], constants, floating=False) != 0.0
             ):
-                continue
-            if not _zero(where.inputs[1], constants):
                 continue
             group += [isnan, where]
             p = where.outputs[0]
@@ -234,12 +227,8 @@ def fuse_attention(
         if out is None or out.op_type != "MatMul" or out.inputs[0] != p:
             continue
         group.append(out)
-        q, a, q_mul = _scale_of(scores_node.inputs[0], producer, constants)
-        kt, b, k_mul = _scale_of(scores_node.inputs[1], producer, constants)
-        if q_mul and single(q_mul[0].outputs[0]) is not scores_node:  # read elsewhere: keep it
-            q, a, q_mul = scores_node.inputs[0], 1.0, []
-        if k_mul and single(k_mul[0].outputs[0]) is not scores_node:
-            kt, b, k_mul = scores_node.inputs[1], 1.0, []
+        q, a, q_mul = unscaled(scores_node.inputs[0], scores_node)
+        kt, b, k_mul = unscaled(scores_node.inputs[1], scores_node)
         group += q_mul + k_mul
         if any(id(n) in removed for n in group):
             continue
@@ -258,15 +247,6 @@ def fuse_attention(
     return [
         replacement.get(id(n), n) for n in nodes if id(n) not in removed or id(n) in replacement
     ]
-
-
-def _zero(name: str, constants: Mapping[str, Any]) -> bool:
-    value = constants.get(name)
-    return (
-        value is not None
-        and np.asarray(value).size == 1
-        and float(np.asarray(value).reshape(())) == 0.0
-    )
 
 
 def fuse(

@@ -81,11 +81,9 @@ class Node:
 
     def describe(self) -> str:
         """How error messages name the node."""
-        return (
-            f"ONNX node {self.name!r} ({self.op_type})"
-            if self.name
-            else f"an ONNX {self.op_type} node"
-        )
+        if self.name:
+            return f"ONNX node {self.name!r} ({self.op_type})"
+        return f"an ONNX {self.op_type} node"
 
 
 @dataclass
@@ -126,9 +124,8 @@ def _array(tensor: Any, what: str) -> np.ndarray:
             "was not read: load the model from its path (ert.onnx.load('model.onnx')), with "
             "that file beside it"
         )
-    array = onnx.numpy_helper.to_array(tensor)
     # A read-only array of its own: eagerrt shares it with the constants it makes.
-    array = np.array(array, copy=True)
+    array = np.array(onnx.numpy_helper.to_array(tensor), copy=True)
     array.flags.writeable = False
     return array
 

@@ -157,7 +157,8 @@ def _checked(info: ValueInfo, value: Any, sizes: dict[str, tuple[int, str]]) -> 
     """``value`` as a tensor of ``info``'s dtype and shape, or a UsageError."""
     if info.dtype is None:
         return ert.asarray(value)
-    if type(value) is not Tensor:
+    tensor_given = type(value) is Tensor
+    if not tensor_given:
         try:
             if isinstance(value, (list, tuple, bool, int, float)):
                 value = _python_value(info, value)
@@ -168,17 +169,13 @@ def _checked(info: ValueInfo, value: Any, sizes: dict[str, tuple[int, str]]) -> 
                 f"the ONNX model's input {info}: can't make an array of "
                 f"{type(value).__name__} {value!r:.80}: {exc}"
             ) from exc
-        if value.dtype != info.dtype:
-            raise DTypeError(
-                f"the ONNX model's input {info.name!r} must be {info.dtype}, got {value.dtype} "
-                f"(cast it with .astype(np.{info.dtype}))"
-            )
-        value = ert.asarray(value)
     if value.dtype != info.dtype:
+        cast = f"ert.astype(x, ert.{info.dtype})" if tensor_given else f".astype(np.{info.dtype})"
         raise DTypeError(
             f"the ONNX model's input {info.name!r} must be {info.dtype}, got {value.dtype} "
-            f"(cast it with ert.astype(x, ert.{info.dtype}))"
+            f"(cast it with {cast})"
         )
+    value = ert.asarray(value)
     if info.shape is None:
         return value
     if len(value.shape) != len(info.shape):

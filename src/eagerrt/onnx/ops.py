@@ -86,8 +86,8 @@ def _op(
     return register
 
 
-def _refuse(node: Node, what: str) -> UnsupportedError:
-    return UnsupportedError(f"{node.describe()}: {what}")
+def _refuse(node: Node, what: str, error: type[Exception] = UnsupportedError) -> Exception:
+    return error(f"{node.describe()}: {what}")
 
 
 def _one_of(name: str, allowed: Sequence[Any], default: Any) -> Callable[[Node], object]:
@@ -119,7 +119,7 @@ def _astype(xp: Any, x: Any, dtype: np.dtype[Any]) -> Any:
 
 def _axis(axis: int, ndim: int, node: Node) -> int:
     if not -ndim <= axis < max(ndim, 1):
-        raise ArgumentError(f"{node.describe()}: axis {axis} is out of range for rank {ndim}")
+        raise _refuse(node, f"axis {axis} is out of range for rank {ndim}", ArgumentError)
     return axis % max(ndim, 1)
 
 
@@ -129,36 +129,36 @@ _UNARY = {
     "Sin": "sin", "Cos": "cos", "Tan": "tan", "Tanh": "tanh", "Sinh": "sinh", "Cosh": "cosh",
     "Asin": "asin", "Acos": "acos", "Atan": "atan", "Floor": "floor", "Ceil": "ceil",
     "Sign": "sign", "Round": "round", "IsNaN": "isnan", "Not": "logical_not",
-    "Reciprocal": "reciprocal",
 }  # fmt: skip
 _BINARY = {
-    "Add": "add", "Sub": "subtract", "Mul": "multiply",
+    "Add": "add", "Sub": "subtract", "Mul": "multiply", "MatMul": "matmul",
     "Equal": "equal", "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
     "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or",
     "Xor": "logical_xor",
 }  # fmt: skip
 
 
-def _unary(name: str) -> Handler:
-    def run(xp: Any, node: Node, x: Any) -> Any:
-        if xp is np and name == "reciprocal":
-            return np.divide(1, x).astype(x.dtype)
-        return getattr(xp, name)(x)
+def _xp(name: str) -> Handler:
+    """A handler calling ``xp.<name>`` on the node's inputs."""
 
-    return run
-
-
-def _binary(name: str) -> Handler:
-    def run(xp: Any, node: Node, a: Any, b: Any) -> Any:
-        return getattr(xp, name)(a, b)
+    def run(xp: Any, node: Node, *args: Any) -> Any:
+        return getattr(xp, name)(*args)
 
     return run
 
 
 for _type, _name in _UNARY.items():
-    _op(_type)(_unary(_name))
+    _op(_type)(_xp(_name))
 for _type, _name in _BINARY.items():
-    _op(_type, inputs=(2, 2))(_binary(_name))
+    _op(_type, inputs=(2, 2))(_xp(_name))
+_op("Where", inputs=(3, 3))(_xp("where"))
+_op("Sigmoid", numpy=False)(_xp("sigmoid"))
+_op("Softplus", numpy=False)(_xp("softplus"))
+
+
+@_op("Reciprocal")
+def _reciprocal(xp: Any, node: Node, x: Any) -> Any:
+    return np.divide(1, x).astype(x.dtype) if xp is np else ert.reciprocal(x)
 
 
 @_op("Div", inputs=(2, 2))
@@ -194,16 +194,6 @@ def _mod(xp: Any, node: Node, a: Any, b: Any) -> Any:
 @_op("Relu")
 def _relu(xp: Any, node: Node, x: Any) -> Any:
     return np.maximum(x, np.zeros((), x.dtype)) if xp is np else ert.relu(x)
-
-
-@_op("Sigmoid", numpy=False)
-def _sigmoid(xp: Any, node: Node, x: Any) -> Any:
-    return ert.sigmoid(x)
-
-
-@_op("Softplus", numpy=False)
-def _softplus(xp: Any, node: Node, x: Any) -> Any:
-    return ert.softplus(x)
 
 
 @_op("Erf", numpy=False)
@@ -245,11 +235,6 @@ def _hard_sigmoid(xp: Any, node: Node, x: Any) -> Any:
 @_op("HardSwish")
 def _hard_swish(xp: Any, node: Node, x: Any) -> Any:
     return xp.multiply(x, _hard_sigmoid_of(xp, x, 1.0 / 6.0, 0.5))
-
-
-@_op("Where", inputs=(3, 3))
-def _where(xp: Any, node: Node, condition: Any, a: Any, b: Any) -> Any:
-    return xp.where(condition, a, b)
 
 
 @_op("Clip", attrs=["min", "max"], inputs=(1, 3))
@@ -302,11 +287,6 @@ def _identity(xp: Any, node: Node, x: Any) -> Any:
     return x
 
 
-def _inference_dropout(node: Node) -> None:
-    if node.attr("training_mode", 0):
-        raise _refuse(node, "dropout in training mode is not supported (inference only)")
-
-
 @_op("Dropout", attrs=["ratio", "seed"], inputs=(1, 3), static=[1, 2])
 def _dropout(xp: Any, node: Node, x: Any, ratio: Any = None, training: Any = None) -> Any:
     if training is not None and bool(np.asarray(training)):
@@ -329,14 +309,9 @@ def _size(xp: Any, node: Node, x: Any) -> Any:
 def _value_tensor(node: Node) -> np.ndarray:
     if "value" in node.attrs:
         return np.asarray(node.attrs["value"])
-    for name, dtype in (
-        ("value_float", np.float32),
-        ("value_floats", np.float32),
-        ("value_int", np.int64),
-        ("value_ints", np.int64),
-    ):
+    for name in ("value_float", "value_floats", "value_int", "value_ints"):
         if name in node.attrs:
-            return np.asarray(node.attrs[name], dtype=dtype)
+            return np.asarray(node.attrs[name], np.float32 if "float" in name else np.int64)
     raise _refuse(
         node,
         f"needs one of the attributes value, value_float(s), value_int(s); got {sorted(node.attrs)}",
@@ -396,9 +371,7 @@ def _squeeze(xp: Any, node: Node, x: Any, axes: Any = None) -> Any:
     else:
         drop = {_axis(a, x.ndim, node) for a in chosen}
         if any(x.shape[a] != 1 for a in drop):
-            raise ArgumentError(
-                f"{node.describe()}: can't squeeze axes {chosen} of shape {x.shape}"
-            )
+            raise _refuse(node, f"can't squeeze axes {chosen} of shape {x.shape}", ArgumentError)
     return xp.reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in drop))
 
 
@@ -434,7 +407,7 @@ def _split(xp: Any, node: Node, x: Any, split: Any = None) -> Any:
         step = -(-size // n)  # the last part takes what is left
         sizes = [min(step, size - i * step) for i in range(n)]
     if sum(sizes) != size:
-        raise ArgumentError(f"{node.describe()}: split sizes {sizes} don't add up to {size}")
+        raise _refuse(node, f"split sizes {sizes} don't add up to {size}", ArgumentError)
     parts, start = [], 0
     for s in sizes:
         index = (slice(None),) * axis + (slice(start, start + s),)
@@ -448,34 +421,23 @@ def _cumsum(xp: Any, node: Node, x: Any, axis: Any) -> Any:
     axis = _axis(_ints(axis)[0], x.ndim, node)
     if node.attr("reverse", 0):
         x = xp.flip(x, axis=axis)
-    y: Any
-    if xp is np:
-        y = np.cumsum(x, axis=axis, dtype=x.dtype)
-    else:
-        y = ert.cumulative_sum(x, axis=axis, dtype=x.dtype)
+    cumsum: Any = np.cumsum if xp is np else ert.cumulative_sum
+    y = cumsum(x, axis=axis, dtype=x.dtype)
     if node.attr("exclusive", 0):  # each sum without its own element: shift by one
-        zero = (slice(None),) * axis + (slice(0, 1),)
-        head = xp.zeros_like(x[zero])
+        head = xp.zeros_like(x[(slice(None),) * axis + (slice(0, 1),)])
         y = xp.concat([head, y[(slice(None),) * axis + (slice(0, -1),)]], axis=axis)
     return xp.flip(y, axis=axis) if node.attr("reverse", 0) else y
 
 
-@_op(
-    "TopK",
-    attrs=["axis", "largest", "sorted"],
-    inputs=(2, 2),
-    outputs=2,
-    static=[1],
-    numpy=False,
-)
+@_op("TopK", attrs=["axis", "largest", "sorted"], inputs=(2, 2), outputs=2, static=[1], numpy=False)
 def _top_k(xp: Any, node: Node, x: Any, k: Any) -> Any:
     """The k largest (or smallest) along ``axis``, sorted, ties to the lower index;
     ``sorted=0`` leaves the order to the runtime, and sorted is one."""
     axis = _axis(node.attr("axis", -1), x.ndim, node)
     count = _ints(k)[0]
     if not 0 <= count <= x.shape[axis]:
-        raise ArgumentError(
-            f"{node.describe()}: k={count} is out of range for an axis of {x.shape[axis]}"
+        raise _refuse(
+            node, f"k={count} is out of range for an axis of {x.shape[axis]}", ArgumentError
         )
     order = ert.argsort(x, axis=axis, descending=bool(node.attr("largest", 1)), stable=True)
     indices = order[(slice(None),) * axis + (slice(0, count),)]
@@ -510,7 +472,7 @@ def _slice(
     index = [slice(None)] * x.ndim
     for b, e, a, s in zip(begin, stop, chosen, step, strict=True):
         if s == 0:
-            raise ArgumentError(f"{node.describe()}: a slice step can't be 0")
+            raise _refuse(node, "a slice step can't be 0", ArgumentError)
         index[_axis(a, x.ndim, node)] = slice(b, e, s)  # Python's slices clamp as ONNX's do
     return x[tuple(index)]
 
@@ -559,7 +521,7 @@ def _pad(xp: Any, node: Node, x: Any, pads: Any = None, value: Any = None, axes:
     widths = _ints(pads)
     chosen = list(range(x.ndim)) if axes is None else [_axis(a, x.ndim, node) for a in _ints(axes)]
     if len(widths) != 2 * len(chosen):
-        raise ArgumentError(f"{node.describe()}: {len(widths)} pads for {len(chosen)} axes")
+        raise _refuse(node, f"{len(widths)} pads for {len(chosen)} axes", ArgumentError)
     begin = dict(zip(chosen, widths[: len(chosen)], strict=True))
     end = dict(zip(chosen, widths[len(chosen) :], strict=True))
     torch_pad: list[int] = []  # PyTorch's order: the last axis first
@@ -612,17 +574,17 @@ def _resize_scales(node: Node, x: Any, scales: Any, sizes: Any) -> list[tuple[in
     if given_sizes:
         lengths = _ints(sizes)
         if len(lengths) != len(chosen):
-            raise ArgumentError(f"{node.describe()}: {len(lengths)} sizes for {len(chosen)} axes")
+            raise _refuse(node, f"{len(lengths)} sizes for {len(chosen)} axes", ArgumentError)
         # A scale's float32 value, as ONNX Runtime takes it from the sizes.
         factors = [
             np.float32(n) / np.float32(x.shape[a]) for a, n in zip(chosen, lengths, strict=True)
         ]
     else:
         if scales is None or np.asarray(scales).size == 0:
-            raise ArgumentError(f"{node.describe()}: neither scales nor sizes is given")
+            raise _refuse(node, "neither scales nor sizes is given", ArgumentError)
         factors = [np.float32(f) for f in np.asarray(scales, np.float32).reshape(-1)]
         if len(factors) != len(chosen) or min(factors) <= 0:
-            raise ArgumentError(f"{node.describe()}: scales {list(factors)} for {len(chosen)} axes")
+            raise _refuse(node, f"scales {list(factors)} for {len(chosen)} axes", ArgumentError)
         lengths = [
             int(np.float32(x.shape[a]) * f)  # float32, truncated, as ONNX Runtime does
             for a, f in zip(chosen, factors, strict=True)
@@ -662,9 +624,7 @@ def _resize(
     coords = _RESIZE_COORDS[node.attr("coordinate_transformation_mode", "half_pixel")]
     linear = node.attr("mode", "nearest") == "linear"
     if linear and x.dtype.kind != "f":
-        raise ArgumentError(
-            f"{node.describe()}: linear resizing needs a float input, got {x.dtype}"
-        )
+        raise _refuse(node, f"linear resizing needs a float input, got {x.dtype}", ArgumentError)
     nearest = _RESIZE_NEAREST[node.attr("nearest_mode", "round_prefer_floor")]
     y = x
     for axis, n_out, scale in _resize_scales(node, x, scales, sizes):
@@ -733,11 +693,6 @@ for _type, _name in (("ArgMax", "argmax"), ("ArgMin", "argmin")):
 
 
 # -- linear algebra and normalization ------------------------------------------------------------
-@_op("MatMul", inputs=(2, 2))
-def _matmul(xp: Any, node: Node, a: Any, b: Any) -> Any:
-    return xp.matmul(a, b)
-
-
 @_op("Gemm", attrs=["alpha", "beta", "transA", "transB"], inputs=(2, 3))
 def _gemm(xp: Any, node: Node, a: Any, b: Any, c: Any = None) -> Any:
     if node.attr("transA", 0):
@@ -827,12 +782,14 @@ def _window_pads(
     return [0] * 2 * n if pads is None else [int(p) for p in pads]
 
 
-def _geometry(node: Node, x: Any, kernel: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
-    n = len(kernel)
+def _geometry(node: Node, x: Any, kernel: Sequence[int]) -> tuple[list[int], ...]:
+    """A window's kernel, strides, dilations, begin pads and end pads, each as the
+    2-d op wants it (a 1-d window's with a leading 1, or 0 for pads: see :func:`_as_2d`)."""
+    n, ndim = len(kernel), x.ndim
     strides = [int(s) for s in node.attr("strides", [1] * n)]
     dilations = [int(d) for d in node.attr("dilations", [1] * n)]
-    pads = _window_pads(node, x.shape[2:], kernel, strides, dilations)
-    return strides, dilations, pads
+    begins, ends = _split_pads(_window_pads(node, x.shape[2:], kernel, strides, dilations), ndim)
+    return _pairs(kernel, ndim), _pairs(strides, ndim), _pairs(dilations, ndim), begins, ends
 
 
 def _as_2d(x: Any, node: Node, what: str) -> Any:
@@ -840,9 +797,8 @@ def _as_2d(x: Any, node: Node, what: str) -> Any:
     if x.ndim == 3:
         return ert.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
     if x.ndim != 4:
-        raise UnsupportedError(
-            f"{node.describe()}: {what} of a rank-{x.ndim} input is not supported "
-            "(1-d and 2-d: rank 3 and 4)"
+        raise _refuse(
+            node, f"{what} of a rank-{x.ndim} input is not supported (1-d and 2-d: rank 3 and 4)"
         )
     return x
 
@@ -877,33 +833,23 @@ def _window_ranks(*ranks: int) -> Callable[[Node], object]:
 
 
 _spatial_rank = _window_ranks(1, 2)
+_auto_pad = _one_of("auto_pad", _AUTO_PAD, "NOTSET")
 
 
 _CONV_ATTRS = ["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"]
 
 
-@_op(
-    "Conv",
-    attrs=_CONV_ATTRS,
-    inputs=(2, 3),
-    numpy=False,
-    check=_checks(_one_of("auto_pad", _AUTO_PAD, "NOTSET"), _spatial_rank),
-)
+@_op("Conv", attrs=_CONV_ATTRS, inputs=(2, 3), numpy=False, check=_checks(_auto_pad, _spatial_rank))
 def _conv(xp: Any, node: Node, x: Any, w: Any, b: Any = None) -> Any:
-    ndim = x.ndim
-    strides, dilations, pads = _geometry(node, x, w.shape[2:])
+    _, stride, dilation, begins, ends = _geometry(node, x, w.shape[2:])
     x2 = _as_2d(x, node, "Conv")
     w2 = _as_2d(w, node, "a Conv weight") if w.ndim == 3 else w
-    begins, ends = _split_pads(pads, ndim)
     padding: Any = (begins[0], begins[1])
     if begins != ends:  # asymmetric: pad first
         x2, padding = _explicit_pad(x2, begins, ends, 0.0), 0
-    y = ert.conv2d(
-        x2, w2, b,
-        stride=_pairs(strides, ndim), padding=padding, dilation=_pairs(dilations, ndim),
-        groups=int(node.attr("group", 1)),
-    )  # fmt: skip
-    return ert.reshape(y, (*y.shape[:2], y.shape[3])) if ndim == 3 else y
+    groups = int(node.attr("group", 1))
+    y = ert.conv2d(x2, w2, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    return ert.reshape(y, (*y.shape[:2], y.shape[3])) if x.ndim == 3 else y
 
 
 def _no_output_shape(node: Node) -> None:
@@ -920,9 +866,8 @@ def _no_output_shape(node: Node) -> None:
 )
 def _conv_transpose(xp: Any, node: Node, x: Any, w: Any, b: Any = None) -> Any:
     if x.ndim != 4:
-        raise UnsupportedError(
-            f"{node.describe()}: ConvTranspose of a rank-{x.ndim} input is not supported "
-            "(2-d: rank 4)"
+        raise _refuse(
+            node, f"ConvTranspose of a rank-{x.ndim} input is not supported (2-d: rank 4)"
         )
     strides = [int(s) for s in node.attr("strides", [1, 1])]
     dilations = [int(d) for d in node.attr("dilations", [1, 1])]
@@ -961,46 +906,31 @@ _POOL_ATTRS = ["auto_pad", "ceil_mode", "kernel_shape", "pads", "strides"]
     "MaxPool",
     attrs=[*_POOL_ATTRS, "dilations", "storage_order"],
     numpy=False,
-    check=_checks(
-        _one_of("auto_pad", _AUTO_PAD, "NOTSET"),
-        _one_of("storage_order", [0], 0),
-        _pool_kernel,
-        _spatial_rank,
-    ),
+    check=_checks(_auto_pad, _one_of("storage_order", [0], 0), _pool_kernel, _spatial_rank),
 )
 def _max_pool(xp: Any, node: Node, x: Any) -> Any:
-    ndim, kernel = x.ndim, _pool_kernel(node)
-    strides, dilations, pads = _geometry(node, x, kernel)
+    k2, stride, dilation, begins, ends = _geometry(node, x, _pool_kernel(node))
     x2 = _as_2d(x, node, "MaxPool")
-    begins, ends = _split_pads(pads, ndim)
-    k2 = _pairs(kernel, ndim)
     padding: Any = begins
     if begins != ends or any(2 * p > k for p, k in zip(begins, k2, strict=True)):
         x2, padding = _explicit_pad(x2, begins, ends, -np.inf), 0
-    y = ert.max_pool2d(
-        x2, k2, stride=_pairs(strides, ndim), padding=padding,
-        dilation=_pairs(dilations, ndim), ceil_mode=bool(node.attr("ceil_mode", 0)),
-    )  # fmt: skip
-    return ert.reshape(y, (*y.shape[:2], y.shape[3])) if ndim == 3 else y
+    ceil = bool(node.attr("ceil_mode", 0))
+    y = ert.max_pool2d(x2, k2, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil)
+    return ert.reshape(y, (*y.shape[:2], y.shape[3])) if x.ndim == 3 else y
 
 
 @_op(
     "AveragePool",
     attrs=[*_POOL_ATTRS, "count_include_pad", "dilations"],
     numpy=False,
-    check=_checks(_one_of("auto_pad", _AUTO_PAD, "NOTSET"), _pool_kernel, _spatial_rank),
+    check=_checks(_auto_pad, _pool_kernel, _spatial_rank),
 )
 def _average_pool(xp: Any, node: Node, x: Any) -> Any:
-    ndim, kernel = x.ndim, _pool_kernel(node)
-    strides, dilations, pads = _geometry(node, x, kernel)
-    if any(d != 1 for d in dilations):
-        raise UnsupportedError(f"{node.describe()}: dilated average pooling is not supported")
+    k2, stride, dilation, begins, ends = _geometry(node, x, _pool_kernel(node))
+    if any(d != 1 for d in dilation):
+        raise _refuse(node, "dilated average pooling is not supported")
     x2 = _as_2d(x, node, "AveragePool")
-    begins, ends = _split_pads(pads, ndim)
-    include = bool(node.attr("count_include_pad", 0))
-    k2 = _pairs(kernel, ndim)
-    padding: Any = begins
-    stride, ceil = _pairs(strides, ndim), bool(node.attr("ceil_mode", 0))
+    include, ceil = bool(node.attr("count_include_pad", 0)), bool(node.attr("ceil_mode", 0))
     if begins != ends or any(2 * p > k for p, k in zip(begins, k2, strict=True)):
         padded = _explicit_pad(x2, begins, ends, 0.0)
         y = ert.avg_pool2d(padded, k2, stride=stride, padding=0, ceil_mode=ceil)
@@ -1013,9 +943,9 @@ def _average_pool(xp: Any, node: Node, x: Any) -> Any:
             y = ert.divide(y, ert.avg_pool2d(mask, k2, stride=stride, padding=0, ceil_mode=ceil))
     else:
         y = ert.avg_pool2d(
-            x2, k2, stride=stride, padding=padding, ceil_mode=ceil, count_include_pad=include
+            x2, k2, stride=stride, padding=begins, ceil_mode=ceil, count_include_pad=include
         )
-    return ert.reshape(y, (*y.shape[:2], y.shape[3])) if ndim == 3 else y
+    return ert.reshape(y, (*y.shape[:2], y.shape[3])) if x.ndim == 3 else y
 
 
 @_op("GlobalAveragePool", numpy=False)

@@ -13,6 +13,7 @@ from ..tensor import Tensor
 
 __all__ = [
     "NUMERIC_KINDS",
+    "RuleOut",
     "as_float",
     "broadcast_shapes",
     "dtype_key",
@@ -24,6 +25,9 @@ __all__ = [
     "ufunc_dtype",
     "view_cost",
 ]
+
+#: What a shape rule returns: the result's shape and dtype.
+RuleOut = tuple[tuple[int, ...], np.dtype[Any]]
 
 _MAX_CACHE = 4096
 _broadcast_cache: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}
@@ -164,16 +168,14 @@ def normalize_axes(axis: int | Iterable[int] | None, ndim: int) -> tuple[int, ..
     return tuple(sorted(axes))
 
 
-def shape_tuple(
-    shape: int | Sequence[int], what: str = "shape", allow_unknown: bool = False
-) -> tuple[int, ...]:
+def shape_tuple(shape: int | Sequence[int], allow_unknown: bool = False) -> tuple[int, ...]:
     """A user's shape argument as a tuple of non-negative ints (-1 allowed if
     ``allow_unknown``: reshape's inferred dimension)."""
     dims: Any = (shape,) if isinstance(shape, (int, np.integer)) else shape
     try:
         out = tuple(map(operator.index, dims))  # 2.5 is refused, not truncated
     except TypeError:
-        raise DTypeError(f"{what} must be an int or a sequence of ints, got {shape!r}") from None
+        raise DTypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
     if any(d < (-1 if allow_unknown else 0) for d in out):
-        raise ShapeError(f"{what} {out} has a negative dimension")
+        raise ShapeError(f"shape {out} has a negative dimension")
     return out

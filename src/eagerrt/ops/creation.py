@@ -27,9 +27,9 @@ import numpy as np
 from .._core import ArgumentError, DTypeError, ShapeError
 from ..devices import get_device
 from ..tensor import Tensor
-from ._rules import shape_tuple, to_dtype
+from ._rules import RuleOut, shape_tuple, to_dtype
 from .manipulation import astype, broadcast_to, reshape
-from .registry import GENERIC, define_op, elementwise_cost
+from .registry import GENERIC, define_op
 from .wrap import DeviceLike, as_tensor, wrap
 
 __all__ = [
@@ -104,9 +104,7 @@ def _tensor_asarray(x: Tensor, dtype: Any, device: DeviceLike, copy: bool | None
 
 
 # -- filled tensors ----------------------------------------------------------------
-def _fill_rule(
-    *, shape: Any, dtype: Any, fill: Any = None
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _fill_rule(*, shape: Any, dtype: Any, fill: Any = None) -> RuleOut:
     dt = to_dtype(dtype)
     out = shape_tuple(shape)
     if fill is not None:
@@ -116,7 +114,7 @@ def _fill_rule(
     return out, dt
 
 
-_fill = define_op("fill", _fill_rule, cost=elementwise_cost, doc="A tensor of one repeated value.")
+_fill = define_op("fill", _fill_rule, doc="A tensor of one repeated value.")
 
 
 @_fill.kernel()
@@ -246,9 +244,7 @@ def full_like(
 
 
 # -- ranges ------------------------------------------------------------------------
-def _arange_rule(
-    *, start: Any, stop: Any, step: Any, dtype: Any
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _arange_rule(*, start: Any, stop: Any, step: Any, dtype: Any) -> RuleOut:
     for bound in (start, stop, step):
         if isinstance(bound, (complex, np.complexfloating, Tensor)):
             raise TypeError(f"arange: bounds and step must be real numbers, got {bound!r}")
@@ -265,7 +261,7 @@ def _arange_rule(
     return (length,), to_dtype(dtype)
 
 
-_arange = define_op("arange", _arange_rule, cost=elementwise_cost, doc="Evenly spaced values.")
+_arange = define_op("arange", _arange_rule, doc="Evenly spaced values.")
 _arange.register_kernel(
     GENERIC, lambda *, start, stop, step, dtype: np.arange(start, stop, step, dtype=dtype)
 )
@@ -292,9 +288,7 @@ def arange(
     return _arange(start=start, stop=stop, step=step, dtype=dtype, device=device)
 
 
-def _linspace_rule(
-    *, start: Any, stop: Any, num: int, endpoint: bool, dtype: Any
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _linspace_rule(*, start: Any, stop: Any, num: int, endpoint: bool, dtype: Any) -> RuleOut:
     if isinstance(num, bool):
         raise TypeError("linspace: num must be an int, not a bool")
     num = operator.index(num)
@@ -307,15 +301,13 @@ def _linspace_rule(
     return (int(num),), to_dtype(dtype)
 
 
-_linspace = define_op(
-    "linspace", _linspace_rule, cost=elementwise_cost, doc="Evenly spaced samples."
-)
-_linspace.register_kernel(
-    GENERIC,
-    lambda *, start, stop, num, endpoint, dtype: np.linspace(
-        start, stop, num, endpoint=endpoint, dtype=dtype
-    ),
-)
+def _linspace_kernel(start: Any, stop: Any, *, num: int, endpoint: bool, dtype: Any) -> Any:
+    # start and stop: static for linspace, 0-d operands for linspace_between
+    return np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
+
+
+_linspace = define_op("linspace", _linspace_rule, doc="Evenly spaced samples.")
+_linspace.register_kernel(GENERIC, _linspace_kernel)
 
 
 def linspace(
@@ -348,7 +340,7 @@ def linspace(
 
 def _linspace_between_rule(
     start: Tensor, stop: Tensor, *, num: int, endpoint: bool, dtype: Any
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+) -> RuleOut:
     if start.ndim or stop.ndim:
         raise ValueError(
             f"linspace: start and stop must be 0-d, got shapes {start.shape} and {stop.shape}"
@@ -362,22 +354,14 @@ def _linspace_between_rule(
 _linspace_between = define_op(
     "linspace_between",
     _linspace_between_rule,
-    cost=elementwise_cost,
     operands=2,
     doc="Evenly spaced samples between two 0-d tensors.",
 )
-_linspace_between.register_kernel(
-    GENERIC,
-    lambda start, stop, *, num, endpoint, dtype: np.linspace(
-        start, stop, num, endpoint=endpoint, dtype=dtype
-    ),
-)
+_linspace_between.register_kernel(GENERIC, _linspace_kernel)
 
 
 # -- matrices ----------------------------------------------------------------------
-def _eye_rule(
-    *, n: int, m: int | None, k: int, dtype: Any
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _eye_rule(*, n: int, m: int | None, k: int, dtype: Any) -> RuleOut:
     for value in (n, k) if m is None else (n, m, k):
         if isinstance(value, bool):
             raise TypeError("eye: n_rows, n_cols and k must be ints, not bools")
@@ -385,9 +369,7 @@ def _eye_rule(
     return shape_tuple((n, n if m is None else m)), to_dtype(dtype)
 
 
-_eye = define_op(
-    "eye", _eye_rule, cost=elementwise_cost, doc="Ones on a diagonal, zeros elsewhere."
-)
+_eye = define_op("eye", _eye_rule, doc="Ones on a diagonal, zeros elsewhere.")
 _eye.register_kernel(GENERIC, lambda *, n, m, k, dtype: np.eye(n, m, k, dtype=dtype))
 
 
@@ -407,11 +389,10 @@ def eye(
     array([[0., 1., 0.],
            [0., 0., 1.]])
     """
-    dt = _FLOAT64 if dtype is None else dtype
-    return _eye(n=n_rows, m=n_cols, k=k, dtype=dt, device=device)
+    return _eye(n=n_rows, m=n_cols, k=k, dtype=_FLOAT64 if dtype is None else dtype, device=device)
 
 
-def _triangle_rule(x: Any, k: int = 0) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _triangle_rule(x: Any, k: int = 0) -> RuleOut:
     if type(x) is not Tensor:
         raise TypeError(f"needs a tensor, got {type(x).__name__}")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._core import DTypeError, config
 from ..tensor import Tensor
-from ._rules import as_float, broadcast_shapes, dtype_key, ufunc_dtype
+from ._rules import RuleOut, as_float, broadcast_shapes, dtype_key, ufunc_dtype
 from .erf_rational import ERF_CLAMP, INV_SQRT2, erf_rational_inside
 from .registry import GENERIC, Op, define_op
 
@@ -141,14 +141,14 @@ def _check_int_fits(scalar: Any, other: Any) -> None:
 def _ufunc_op(name: str, ufunc: np.ufunc, factor: float) -> Op:
     if ufunc.nin == 1:
 
-        def rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        def rule(x: Any) -> RuleOut:
             return _shape_of(x), ufunc_dtype(ufunc, x)
 
     else:
         # Comparisons and logical ops accept any Python int (numpy compares values).
         strict = name not in _ACCEPT_ANY_INT
 
-        def rule(x: Any, y: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:  # type: ignore[misc]
+        def rule(x: Any, y: Any) -> RuleOut:  # type: ignore[misc]
             if strict:
                 _check_int_fits(x, y)
                 _check_int_fits(y, x)
@@ -307,7 +307,7 @@ neg = negative
 pow = power
 
 
-def _real_part_rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _real_part_rule(x: Any) -> RuleOut:
     dtype = x.dtype if type(x) is Tensor else np.result_type(x)
     return _shape_of(x), np.empty(0, dtype).real.dtype
 
@@ -330,7 +330,7 @@ imag = define_op(
 imag.register_kernel(GENERIC, lambda x: np.imag(x) if np.iscomplexobj(x) else np.zeros_like(x))
 
 
-def _reciprocal_rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _reciprocal_rule(x: Any) -> RuleOut:
     # The Array API's reciprocal is 1 / x: integers become floats (numpy's
     # ufunc would do integer division).
     return _shape_of(x), ufunc_dtype(np.divide, 1.0, x)
@@ -343,7 +343,7 @@ reciprocal.register_kernel(GENERIC, lambda x: np.divide(1.0, x))
 
 
 # -- activations ---------------------------------------------------------------
-def _float_rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _float_rule(x: Any) -> RuleOut:
     """Shape kept; dtype as numpy's exp would give (ints become floats)."""
     return _shape_of(x), ufunc_dtype(np.exp, x)
 
@@ -379,7 +379,7 @@ relu.register_kernel(GENERIC, lambda x: np.maximum(x, 0))
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
-def _gelu_rule(x: Any, approximate: str = "none") -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _gelu_rule(x: Any, approximate: str = "none") -> RuleOut:
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
     shape, dtype = _float_rule(x)
@@ -449,7 +449,7 @@ where = define_op(
 where.register_kernel(GENERIC, np.where)
 
 
-def _clip_rule(x: Any, lo: Any, hi: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _clip_rule(x: Any, lo: Any, hi: Any) -> RuleOut:
     shape = broadcast_shapes(_shape_of(x), _shape_of(lo), _shape_of(hi))
     return shape, _meta_dtype(np.clip, x, lo, hi)
 
@@ -476,7 +476,7 @@ def clip(x: Any, /, min: Any = None, max: Any = None) -> Tensor:
     return _clip_op(x, min, max)
 
 
-def _round_rule(x: Any, decimals: int = 0) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _round_rule(x: Any, decimals: int = 0) -> RuleOut:
     if not isinstance(decimals, (int, np.integer)):
         raise TypeError(f"decimals must be an int, got {type(decimals).__name__}")
     key = (x.dtype, decimals == 0)

@@ -92,12 +92,10 @@ def erf_source_lines(z: str, result: str, tmp: str, scalar: str = "np.float32") 
         return f"{scalar}({value!r})"
 
     clamp = c(ERF_CLAMP)
-    lines = [f"{a} = {z}", f"{zc} = min(max({a}, -{clamp}), {clamp})"]
-    lines.append(f"{t} = {zc} * {zc}")
-    lines.append(f"{p} = {c(ERF_P[-1])}")
-    lines += [f"{p} = {p} * {t} + {c(k)}" for k in reversed(ERF_P[:-1])]
-    lines.append(f"{q} = {c(ERF_Q[-1])}")
-    lines += [f"{q} = {q} * {t} + {c(k)}" for k in reversed(ERF_Q[:-1])]
+    lines = [f"{a} = {z}", f"{zc} = min(max({a}, -{clamp}), {clamp})", f"{t} = {zc} * {zc}"]
+    for poly, coefficients in ((p, ERF_P), (q, ERF_Q)):  # Horner's rule
+        lines.append(f"{poly} = {c(coefficients[-1])}")
+        lines += [f"{poly} = {poly} * {t} + {c(k)}" for k in reversed(coefficients[:-1])]
     lines.append(
         f"{result} = {zc} * {p} / {q} if abs({a}) < {clamp} else ({c(1.0)} if {a} > 0 else -{c(1.0)})"
     )

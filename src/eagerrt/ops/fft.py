@@ -26,13 +26,10 @@ import numpy as np
 from .._core import ArgumentError, config
 from ..devices.base import Device
 from ..tensor import Tensor
-from ._rules import normalize_axes, normalize_axis, to_dtype
+from ._rules import RuleOut, normalize_axes, normalize_axis, to_dtype
 from .registry import GENERIC, Op, define_op, exposes
 
 __all__: list[str] = []  # nothing for the main namespace; see eagerrt.fft
-
-
-Meta = tuple[tuple[int, ...], np.dtype[Any]]
 
 _NORMS = ("backward", "ortho", "forward")
 _COMPLEX = {
@@ -77,10 +74,6 @@ def _points(name: str, n: Any) -> int:
     if points < 1:
         raise ValueError(f"{name}: invalid number of data points ({points}); it must be >= 1")
     return points
-
-
-def _copy_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **_: Any) -> float:
-    return config.op_overhead_ns + math.prod(shape) * config.ns_per_element
 
 
 # -- plans: the output shape of a transform, from shapes alone ----------------------------
@@ -151,7 +144,7 @@ def _fft_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x: Tensor, **_: A
 
 # -- the transforms ---------------------------------------------------------------------
 def _one_axis_op(name: str, kind: str, numpy_fn: Callable[..., Any]) -> Op:
-    def rule(x: Any, n: Any = None, axis: int = -1, norm: str = "backward") -> Meta:
+    def rule(x: Any, n: Any = None, axis: int = -1, norm: str = "backward") -> RuleOut:
         x = _need_tensor(name, x)
         _check_norm(norm)
         out, _, _ = _one_axis_plan(name, kind, x.shape, n, axis)
@@ -168,7 +161,7 @@ def _one_axis_op(name: str, kind: str, numpy_fn: Callable[..., Any]) -> Op:
 
 
 def _nd_op(name: str, kind: str, numpy_fn: Callable[..., Any]) -> Op:
-    def rule(x: Any, s: Any = None, axes: Any = None, norm: str = "backward") -> Meta:
+    def rule(x: Any, s: Any = None, axes: Any = None, norm: str = "backward") -> RuleOut:
         x = _need_tensor(name, x, ndim=0 if kind == "c2c" else 1)
         _check_norm(norm)
         out, _, _ = _nd_plan(name, kind, x.shape, s, axes)
@@ -321,7 +314,7 @@ def irfftn(x: Any, /, *, s: Sizes = None, axes: Sizes = None, norm: str = "backw
 
 
 # -- frequencies and shifts -----------------------------------------------------------------
-def _freq_rule(*, n: Any, d: Any, dtype: Any, half: bool) -> Meta:
+def _freq_rule(*, n: Any, d: Any, dtype: Any, half: bool) -> RuleOut:
     points = _points("fftfreq", n)
     if isinstance(d, bool) or not isinstance(d, (int, float, np.integer, np.floating)):
         raise TypeError(f"d must be a real number, got {type(d).__name__}")
@@ -338,7 +331,7 @@ def _freq_kernel(*, n: int, d: float, dtype: Any, half: bool) -> Any:
     return freqs.astype(np.dtype(np.float64) if dtype is None else to_dtype(dtype))
 
 
-_freq = define_op("fft.fftfreq", _freq_rule, cost=_copy_cost, doc="Sample frequencies.")
+_freq = define_op("fft.fftfreq", _freq_rule, doc="Sample frequencies.")
 _freq.register_kernel(GENERIC, _freq_kernel)
 
 
@@ -370,7 +363,7 @@ def rfftfreq(
     return _freq(n=n, d=d, dtype=dtype, half=True, device=device)
 
 
-def _shift_rule(x: Any, axes: Any = None, inverse: bool = False) -> Meta:
+def _shift_rule(x: Any, axes: Any = None, inverse: bool = False) -> RuleOut:
     x = _need_tensor("fftshift", x, ndim=0)
     normalize_axes(axes, x.ndim)
     return x.shape, x.dtype
@@ -381,7 +374,7 @@ def _shift_kernel(x: Any, axes: Any = None, inverse: bool = False) -> Any:
     return shifted(x, axes=normalize_axes(axes, x.ndim))
 
 
-_shift = define_op("fft.fftshift", _shift_rule, cost=_copy_cost, operands=1, doc="Roll to center.")
+_shift = define_op("fft.fftshift", _shift_rule, operands=1, doc="Roll to center.")
 _shift.register_kernel(GENERIC, _shift_kernel)
 
 

@@ -23,13 +23,14 @@ import numpy as np
 
 from .._core import DTypeError, OutOfBoundsError
 from ..tensor import Tensor
-from ._rules import need_tensor, normalize_axis, view_cost
-from .registry import GENERIC, call_error, define_op, elementwise_cost, exposes
+from ._rules import RuleOut, need_tensor, normalize_axis, view_cost
+from .registry import GENERIC, call_error, define_op, exposes
 from .wrap import wrap
 
 __all__ = ["getitem", "take", "take_along_axis"]
 
 _BASIC_INDEX_TYPES = (int, np.integer, slice, type(None), type(Ellipsis))
+_Split = tuple[tuple[Any, ...], list[Tensor]]  # an index's template and its array operands
 
 
 class IndexSlot:
@@ -44,7 +45,7 @@ class IndexSlot:
         return f"<index operand {self.position}>"
 
 
-def split_index(index: Any, device: Any = None) -> tuple[tuple[Any, ...], list[Tensor]]:
+def split_index(index: Any, device: Any = None) -> _Split:
     """``index`` as a static template plus its array parts as tensors.
 
     The template holds the basic parts as they are and an :class:`IndexSlot`
@@ -56,7 +57,7 @@ def split_index(index: Any, device: Any = None) -> tuple[tuple[Any, ...], list[T
     template: list[Any] = []
     operands: list[Tensor] = []
     for part in parts:
-        if isinstance(part, (*_BASIC_INDEX_TYPES, bool)):
+        if isinstance(part, _BASIC_INDEX_TYPES):
             template.append(part)
             continue
         if type(part) is not Tensor:
@@ -101,11 +102,11 @@ def indexed_shape(shape: tuple[int, ...], template: tuple[Any, ...], operands: A
 
 
 # -- basic indexing: a view ---------------------------------------------------------
-def _getitem_rule(x: Any, index: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _getitem_rule(x: Any, index: Any) -> RuleOut:
     x = need_tensor("getitem", x)
     parts = index if isinstance(index, tuple) else (index,)
     for part in parts:
-        if not isinstance(part, (*_BASIC_INDEX_TYPES, bool)):
+        if not isinstance(part, _BASIC_INDEX_TYPES):
             raise DTypeError(
                 f"getitem's static index takes ints, slices, None and ...; got "
                 f"{type(part).__name__} (index with t[...] for array indexes)"
@@ -120,7 +121,7 @@ getitem.register_kernel(GENERIC, lambda x, index: x[index])
 
 
 # -- array indexing: a gather -----------------------------------------------------------
-def _gather_rule(x: Any, *arrays: Any, template: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _gather_rule(x: Any, *arrays: Any, template: Any) -> RuleOut:
     return indexed_shape(x.shape, template, arrays), x.dtype
 
 
@@ -177,9 +178,7 @@ def _view(base: Tensor, view: Tensor, index: Any) -> Tensor:
     return view
 
 
-def _resolve_masks(
-    template: tuple[Any, ...], operands: list[Tensor]
-) -> tuple[tuple[Any, ...], list[Tensor]]:
+def _resolve_masks(template: tuple[Any, ...], operands: list[Tensor]) -> _Split:
     """Boolean masks as the integer positions of their true elements.
 
     A mask's data decides the result's shape, so this waits for the masks
@@ -207,9 +206,7 @@ def _resolve_masks(
 
 
 # -- take --------------------------------------------------------------------------------
-def _take_rule(
-    x: Any, indices: Any, axis: int | None = None
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _take_rule(x: Any, indices: Any, axis: int | None = None) -> RuleOut:
     x = need_tensor("take", x)
     indices = need_tensor("take", indices)
     if indices.dtype.kind not in "iu":
@@ -223,7 +220,6 @@ def _take_rule(
 _take = define_op(
     "take",
     _take_rule,
-    cost=elementwise_cost,
     operands=2,
     doc="Gather elements by integer indices along ``axis``; a bad index fails on read.",
 )
@@ -242,9 +238,7 @@ def take(x: Any, indices: Any, /, *, axis: int | None = None) -> Tensor:
     return _take(x, indices, axis=axis)
 
 
-def _take_along_axis_rule(
-    x: Any, indices: Any, axis: int = -1
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _take_along_axis_rule(x: Any, indices: Any, axis: int = -1) -> RuleOut:
     x = need_tensor("take_along_axis", x)
     indices = need_tensor("take_along_axis", indices)
     if indices.dtype.kind not in "iu":
@@ -266,7 +260,6 @@ def _take_along_axis_rule(
 _take_along_axis = define_op(
     "take_along_axis",
     _take_along_axis_rule,
-    cost=elementwise_cost,
     operands=2,
     doc="Pick from ``x`` along ``axis`` by same-rank ``indices`` (as argsort gives).",
 )

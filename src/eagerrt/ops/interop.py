@@ -93,10 +93,8 @@ def _array_ufunc(self: Tensor, ufunc: np.ufunc, method: str, *inputs: Any, **kwa
     simple = not set(kwargs) - {"axis", "dtype", "keepdims"}
     if method == "reduce" and ufunc in _REDUCE and len(inputs) == 1 and simple:
         options = {"axis": kwargs.get("axis", 0), "keepdims": kwargs.get("keepdims", False)}
-        if ufunc is np.add:
-            return reduction.sum(inputs[0], dtype=kwargs.get("dtype"), **options)
-        if ufunc is np.multiply:
-            return reduction.prod(inputs[0], dtype=kwargs.get("dtype"), **options)
+        if ufunc is np.add or ufunc is np.multiply:
+            return _REDUCE[ufunc](inputs[0], dtype=kwargs.get("dtype"), **options)
         if kwargs.get("dtype") is None:
             return _REDUCE[ufunc](inputs[0], **options)
     # Anything else runs in numpy on the data (waiting for it): numpy's result.
@@ -113,16 +111,15 @@ def _method(name: str) -> Callable[..., Any]:
     return handler
 
 
-def _concatenate(arrays: Any, axis: int | None = 0, **kwargs: Any) -> Tensor:
-    if kwargs:
-        raise DTypeError(f"np.concatenate on tensors takes no {sorted(kwargs)}")
-    return concat(list(arrays), axis=axis)
+def _joining(name: str, join: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``np.concatenate`` or ``np.stack`` of tensors: eagerrt's ``join``."""
 
+    def handler(arrays: Any, axis: int | None = 0, **kwargs: Any) -> Tensor:
+        if kwargs:
+            raise DTypeError(f"np.{name} on tensors takes no {sorted(kwargs)}")
+        return join(list(arrays), axis=axis)
 
-def _stack(arrays: Any, axis: int = 0, **kwargs: Any) -> Tensor:
-    if kwargs:
-        raise DTypeError(f"np.stack on tensors takes no {sorted(kwargs)}")
-    return stack(list(arrays), axis=axis)
+    return handler
 
 
 def _reshape(a: Any, shape: Any = None, order: str = "C", **kwargs: Any) -> Tensor:
@@ -144,24 +141,16 @@ def _clip(a: Any, a_min: Any = None, a_max: Any = None, **kwargs: Any) -> Any:
 
 
 _FUNCTIONS: dict[Any, Callable[..., Any]] = {
-    np.concatenate: _concatenate,
-    np.stack: _stack,
+    np.concatenate: _joining("concatenate", concat),
+    np.stack: _joining("stack", stack),
     np.reshape: _reshape,
     np.where: _where,
     np.clip: _clip,
-    np.transpose: _method("transpose"),
-    np.sum: _method("sum"),
-    np.prod: _method("prod"),
-    np.mean: _method("mean"),
-    np.var: _method("var"),
-    np.std: _method("std"),
-    np.max: _method("max"),
-    np.min: _method("min"),
     np.amax: _method("max"),
     np.amin: _method("min"),
-    np.argmax: _method("argmax"),
-    np.argmin: _method("argmin"),
 }
+for _name in ("transpose", "sum", "prod", "mean", "var", "std", "max", "min", "argmax", "argmin"):
+    _FUNCTIONS[getattr(np, _name)] = _method(_name)
 
 
 def _array_function(

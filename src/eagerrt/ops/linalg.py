@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .._core import ArgumentError, ShapeError, config
 from ..tensor import Tensor
-from ._rules import as_array, broadcast_shapes, normalize_axis, ufunc_dtype
+from ._rules import RuleOut, as_array, broadcast_shapes, normalize_axis, ufunc_dtype
 from .registry import GENERIC, define_op, exposes
 
 __all__ = ["einsum", "matmul", "matrix_transpose", "tensordot", "vecdot"]
@@ -35,7 +35,7 @@ def _tensor_operands(op: str, a: Any, b: Any) -> None:
         raise ValueError(f"{op} needs two tensors of at least one dimension, not a scalar")
 
 
-def _matmul_rule(a: Any, b: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _matmul_rule(a: Any, b: Any) -> RuleOut:
     _tensor_operands("matmul", a, b)
     sa, sb = a.shape, b.shape
     # The common case first: two matrices of one float dtype.
@@ -59,9 +59,6 @@ def _matmul_rule(a: Any, b: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
 def _matmul_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, a: Tensor, b: Tensor) -> float:
     inner = a.shape[-1]
     return config.op_overhead_ns + 2.0 * math.prod(shape) * inner * config.ns_per_flop
-
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 matmul = define_op(
@@ -101,9 +98,7 @@ def _tensordot_axes(
     return left_axes, right_axes
 
 
-def _tensordot_rule(
-    a: Any, b: Any, axes: int | Sequence[Any] = 2
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _tensordot_rule(a: Any, b: Any, axes: int | Sequence[Any] = 2) -> RuleOut:
     _tensor_operands("tensordot", a, b)
     left, right = _tensordot_axes(a, b, axes)
     for x, y in zip(left, right, strict=True):
@@ -161,7 +156,7 @@ def contracted_axis(op: str, a: Tensor, b: Tensor, axis: Any) -> int:
         raise ValueError(f"{op} needs tensors of at least one dimension")
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"axis must be an int, got {type(axis).__name__}")
-    negative = _from_the_end(a, b, int(axis))
+    negative = from_the_end(a, b, int(axis))
     if not -ndim <= negative <= -1:
         raise ValueError(
             f"axis {axis} is out of range for {a.ndim}-d and {b.ndim}-d tensors "
@@ -170,8 +165,9 @@ def contracted_axis(op: str, a: Tensor, b: Tensor, axis: Any) -> int:
     return negative
 
 
-def _from_the_end(a: Any, b: Any, axis: int) -> int:
-    # A non-negative axis counts from the front of the broadcast shape.
+def from_the_end(a: Any, b: Any, axis: int) -> int:
+    """``axis`` counted from the end; a non-negative one counts from the front
+    of the broadcast shape."""
     return axis - max(a.ndim, b.ndim) if axis >= 0 else axis
 
 
@@ -185,7 +181,7 @@ def contracted_shape(op: str, a: Tensor, b: Tensor, axis: int) -> tuple[int, ...
     return broadcast_shapes(a.shape, b.shape)
 
 
-def _vecdot_rule(x1: Any, x2: Any, axis: int = -1) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _vecdot_rule(x1: Any, x2: Any, axis: int = -1) -> RuleOut:
     _tensor_operands("vecdot", x1, x2)
     ax = contracted_axis("vecdot", x1, x2, axis)
     shape = list(contracted_shape("vecdot", x1, x2, ax))
@@ -196,7 +192,7 @@ def _vecdot_rule(x1: Any, x2: Any, axis: int = -1) -> tuple[tuple[int, ...], np.
 def _vecdot_cost(
     shape: tuple[int, ...], dtype: np.dtype[Any], /, x1: Tensor, x2: Tensor, axis: int = -1
 ) -> float:
-    inner = x1.shape[_from_the_end(x1, x2, axis)]
+    inner = x1.shape[from_the_end(x1, x2, axis)]
     return config.op_overhead_ns + 2.0 * math.prod(shape) * inner * config.ns_per_element
 
 
@@ -212,7 +208,7 @@ _vecdot = define_op(
 @_vecdot.kernel()
 def _vecdot_kernel(x1: Any, x2: Any, axis: int = -1) -> Any:
     # Counted from each operand's end, as the standard does.
-    ax = _from_the_end(x1, x2, axis)
+    ax = from_the_end(x1, x2, axis)
     return as_array(np.vecdot(np.moveaxis(x1, ax, -1), np.moveaxis(x2, ax, -1)))
 
 
@@ -231,7 +227,7 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Tensor:
     return _vecdot(x1, x2, axis=axis)
 
 
-def _matrix_transpose_rule(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _matrix_transpose_rule(x: Any) -> RuleOut:
     if type(x) is not Tensor or x.ndim < 2:
         ndim = x.ndim if type(x) is Tensor else 0
         raise ValueError(f"matrix_transpose needs at least 2 dimensions, got {ndim}")
@@ -289,9 +285,10 @@ def _labelled(term: str, x: Any) -> tuple[str, tuple[int, ...], tuple[int, ...] 
     return head + tail, dims, x.shape[len(head) : x.ndim - len(tail)] if dots else None
 
 
-def _einsum_rule(*operands: Any, equation: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    if not operands:
-        raise ValueError("einsum needs at least one operand")
+def _einsum_sizes(
+    equation: str, operands: Sequence[Any]
+) -> tuple[str | None, dict[str, int], dict[str, int], tuple[int, ...]]:
+    """The output's subscripts (None: implicit), letters' sizes and uses, the ellipses' shape."""
     terms, output = _einsum_terms(equation, len(operands))
     sizes: dict[str, int] = {}
     counts: dict[str, int] = {}
@@ -305,7 +302,13 @@ def _einsum_rule(*operands: Any, equation: str) -> tuple[tuple[int, ...], np.dty
                     f"subscript {letter!r} has size {sizes[letter]} and {size} in {equation!r}"
                 )
             counts[letter] = counts.get(letter, 0) + 1
-    broadcast = broadcast_shapes(*ellipses)
+    return output, sizes, counts, broadcast_shapes(*ellipses)
+
+
+def _einsum_rule(*operands: Any, equation: str) -> RuleOut:
+    if not operands:
+        raise ValueError("einsum needs at least one operand")
+    output, sizes, counts, broadcast = _einsum_sizes(equation, operands)
     if output is None:  # numpy's implicit output: the ellipsis, then letters seen once, sorted
         output = "..." * bool(broadcast) + "".join(sorted(c for c, n in counts.items() if n == 1))
     head, dots, tail = output.partition("...")
@@ -321,14 +324,8 @@ def _einsum_cost(
 ) -> float:
     # Two flops for every combination of the subscripts (and ellipsis positions):
     # one pass over all of them, which numpy's pairwise contraction order stays under.
-    sizes: dict[str, int] = {}
-    ellipses: list[tuple[int, ...]] = []
-    terms, _ = _einsum_terms(equation, len(operands))
-    for term, x in zip(terms, operands, strict=True):
-        letters, dims, ellipsis = _labelled(term, x)
-        sizes.update(zip(letters, dims, strict=True))
-        ellipses.append(ellipsis or ())
-    combinations = math.prod(sizes.values()) * math.prod(broadcast_shapes(*ellipses))
+    _, sizes, _, broadcast = _einsum_sizes(equation, operands)
+    combinations = math.prod(sizes.values()) * math.prod(broadcast)
     return config.op_overhead_ns + 2.0 * combinations * config.ns_per_flop
 
 

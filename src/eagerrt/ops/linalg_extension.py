@@ -37,22 +37,22 @@ import numpy as np
 from .._core import ArgumentError, config
 from ..tensor import Tensor
 from ._rules import (
+    RuleOut,
     as_array,
     broadcast_shapes,
     foreign_array,
+    need_tensor,
     normalize_axes,
     to_dtype,
     ufunc_dtype,
     view_cost,
 )
-from .linalg import contracted_axis, contracted_shape
+from .linalg import contracted_axis, contracted_shape, from_the_end
+from .reduction import reduced_shape
 from .registry import GENERIC, Op, define_op, exposes
 from .wrap import wrap
 
 __all__: list[str] = []  # nothing for the main namespace; see eagerrt.linalg
-
-
-Meta = tuple[tuple[int, ...], np.dtype[Any]]
 
 _FLOAT64 = np.dtype(np.float64)
 _INTP = np.dtype(np.intp)
@@ -124,40 +124,40 @@ def _copy_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **_:
 
 def _linalg_op(
     name: str,
-    rule: Callable[..., Meta],
     kernel: Callable[..., Any],
     cost: Callable[..., float],
     *,
     operands: int | None = 1,
     doc: str,
-) -> Op:
-    # "linalg." in the name keeps these apart from main-namespace ops (and
-    # error messages read ``linalg.inv(float64[2, 3]): ...``).
-    op = define_op(
-        f"linalg.{name}", rule, cost=cost, operands=operands, weak_scalars=False, doc=doc
-    )
-    op.register_kernel(GENERIC, kernel)
-    return op
+) -> Callable[[Callable[..., RuleOut]], Op]:
+    """Decorator: the op whose rule it decorates, with ``kernel`` as its generic kernel."""
+
+    def define(rule: Callable[..., RuleOut]) -> Op:
+        # "linalg." in the name keeps these apart from main-namespace ops (and
+        # error messages read ``linalg.inv(float64[2, 3]): ...``).
+        op = define_op(
+            f"linalg.{name}", rule, cost=cost, operands=operands, weak_scalars=False, doc=doc
+        )
+        op.register_kernel(GENERIC, kernel)
+        return op
+
+    return define
 
 
 # -- several results: one packed op, then a view per field ---------------------------
-def _field_rule(packed: Tensor, name: str) -> Meta:
-    fields = packed.dtype.fields
-    if fields is None or name not in fields:
-        raise TypeError(f"{packed.dtype} has no field {name!r}")
-    sub = fields[name][0]
-    return packed.shape + sub.shape, sub.base
-
-
 def _field_kernel(packed: Any, name: str) -> Any:
     # A contiguous copy (O(n^2) after an O(n^3) decomposition), not a strided
     # view that would keep every other field's memory alive with this one.
     return np.asarray(packed[name]).copy()  # C order; 0-d stays 0-d
 
 
-_field = _linalg_op(
-    "field", _field_rule, _field_kernel, _copy_cost, doc="One result of a packed decomposition."
-)
+@_linalg_op("field", _field_kernel, _copy_cost, doc="One result of a packed decomposition.")
+def _field(packed: Tensor, name: str) -> RuleOut:
+    fields = packed.dtype.fields
+    if fields is None or name not in fields:
+        raise TypeError(f"{packed.dtype} has no field {name!r}")
+    sub = fields[name][0]
+    return packed.shape + sub.shape, sub.base
 
 
 #: One packed result: its name, dtype and per-matrix shape.
@@ -210,18 +210,15 @@ class SVDResult(NamedTuple):
 
 
 # -- decompositions -------------------------------------------------------------------
-def _cholesky_rule(x: Any, upper: bool = False) -> Meta:
-    x = _matrices("cholesky", x, square=True)
-    return x.shape, _float_dtype(x.dtype)
-
-
-_cholesky = _linalg_op(
+@_linalg_op(
     "cholesky",
-    _cholesky_rule,
     lambda x, upper=False: np.linalg.cholesky(_as_float(x), upper=bool(upper)),
     _cubic_cost(1 / 3),
     doc="Cholesky factor of Hermitian positive-definite matrices.",
 )
+def _cholesky(x: Any, upper: bool = False) -> RuleOut:
+    x = _matrices("cholesky", x, square=True)
+    return x.shape, _float_dtype(x.dtype)
 
 
 @exposes(_cholesky)
@@ -237,18 +234,12 @@ def cholesky(x: Any, /, *, upper: bool = False) -> Tensor:
     return _cholesky(x, upper=upper)
 
 
-def _det_rule(x: Any) -> Meta:
+@_linalg_op(
+    "det", lambda x: as_array(np.linalg.det(_as_float(x))), _cubic_cost(2 / 3), doc="Determinants."
+)
+def _det(x: Any) -> RuleOut:
     x = _matrices("det", x, square=True)
     return x.shape[:-2], _float_dtype(x.dtype)
-
-
-_det = _linalg_op(
-    "det",
-    _det_rule,
-    lambda x: as_array(np.linalg.det(_as_float(x))),
-    _cubic_cost(2 / 3),
-    doc="Determinants.",
-)
 
 
 @exposes(_det)
@@ -267,18 +258,14 @@ def _slogdet_fields(x: Any) -> list[Field]:
     return [("sign", dtype, ()), ("logabsdet", _real(dtype), ())]
 
 
-def _slogdet_rule(x: Any) -> Meta:
-    x = _matrices("slogdet", x, square=True)
-    return x.shape[:-2], _packed_dtype(_slogdet_fields(x))
-
-
 def _slogdet_kernel(x: Any) -> Any:
     return _pack(x.shape[:-2], _slogdet_fields(x), *np.linalg.slogdet(_as_float(x)))
 
 
-_slogdet = _linalg_op(
-    "slogdet", _slogdet_rule, _slogdet_kernel, _cubic_cost(2 / 3), doc="Sign and log|det|."
-)
+@_linalg_op("slogdet", _slogdet_kernel, _cubic_cost(2 / 3), doc="Sign and log|det|.")
+def _slogdet(x: Any) -> RuleOut:
+    x = _matrices("slogdet", x, square=True)
+    return x.shape[:-2], _packed_dtype(_slogdet_fields(x))
 
 
 @exposes(_slogdet)
@@ -299,18 +286,15 @@ def _eigh_fields(x: Any) -> list[Field]:
     return [("eigenvalues", _real(dtype), (n,)), ("eigenvectors", dtype, (n, n))]
 
 
-def _eigh_rule(x: Any) -> Meta:
-    x = _matrices("eigh", x, square=True)
-    return x.shape[:-2], _packed_dtype(_eigh_fields(x))
-
-
-_eigh = _linalg_op(
+@_linalg_op(
     "eigh",
-    _eigh_rule,
     lambda x: _pack(x.shape[:-2], _eigh_fields(x), *np.linalg.eigh(_as_float(x))),
     _cubic_cost(9),
     doc="Eigen-decomposition of Hermitian matrices.",
 )
+def _eigh(x: Any) -> RuleOut:
+    x = _matrices("eigh", x, square=True)
+    return x.shape[:-2], _packed_dtype(_eigh_fields(x))
 
 
 @exposes(_eigh)
@@ -328,18 +312,15 @@ def eigh(x: Any, /) -> EighResult:
     return EighResult(*_unpack(_eigh(x), EighResult._fields))
 
 
-def _eigvalsh_rule(x: Any) -> Meta:
-    x = _matrices("eigvalsh", x, square=True)
-    return x.shape[:-1], _real(_float_dtype(x.dtype))
-
-
-_eigvalsh = _linalg_op(
+@_linalg_op(
     "eigvalsh",
-    _eigvalsh_rule,
     lambda x: np.linalg.eigvalsh(_as_float(x)),
     _cubic_cost(4),
     doc="Eigenvalues of Hermitian matrices.",
 )
+def _eigvalsh(x: Any) -> RuleOut:
+    x = _matrices("eigvalsh", x, square=True)
+    return x.shape[:-1], _real(_float_dtype(x.dtype))
 
 
 @exposes(_eigvalsh)
@@ -353,14 +334,10 @@ def eigvalsh(x: Any, /) -> Tensor:
     return _eigvalsh(x)
 
 
-def _inv_rule(x: Any) -> Meta:
+@_linalg_op("inv", lambda x: np.linalg.inv(_as_float(x)), _cubic_cost(2), doc="Inverses.")
+def _inv(x: Any) -> RuleOut:
     x = _matrices("inv", x, square=True)
     return x.shape, _float_dtype(x.dtype)
-
-
-_inv = _linalg_op(
-    "inv", _inv_rule, lambda x: np.linalg.inv(_as_float(x)), _cubic_cost(2), doc="Inverses."
-)
 
 
 @exposes(_inv)
@@ -381,22 +358,19 @@ def _qr_fields(x: Any, mode: str) -> list[Field]:
     return [("Q", dtype, (m, k)), ("R", dtype, (k, n))]
 
 
-def _qr_rule(x: Any, mode: str = "reduced") -> Meta:
-    x = _matrices("qr", x)
-    if mode not in ("reduced", "complete"):
-        raise ArgumentError(f"mode must be 'reduced' or 'complete', got {mode!r}")
-    return x.shape[:-2], _packed_dtype(_qr_fields(x, mode))
-
-
-_qr = _linalg_op(
+@_linalg_op(
     "qr",
-    _qr_rule,
     lambda x, mode="reduced": _pack(
         x.shape[:-2], _qr_fields(x, mode), *np.linalg.qr(_as_float(x), mode=mode)
     ),
     _cubic_cost(8),
     doc="QR decomposition.",
 )
+def _qr(x: Any, mode: str = "reduced") -> RuleOut:
+    x = _matrices("qr", x)
+    if mode not in ("reduced", "complete"):
+        raise ArgumentError(f"mode must be 'reduced' or 'complete', got {mode!r}")
+    return x.shape[:-2], _packed_dtype(_qr_fields(x, mode))
 
 
 @exposes(_qr)
@@ -422,14 +396,8 @@ def _svd_fields(x: Any, full_matrices: bool) -> list[Field]:
     return [("U", dtype, u), ("S", _real(dtype), (k,)), ("Vh", dtype, vh)]
 
 
-def _svd_rule(x: Any, full_matrices: bool = True) -> Meta:
-    x = _matrices("svd", x)
-    return x.shape[:-2], _packed_dtype(_svd_fields(x, full_matrices))
-
-
-_svd = _linalg_op(
+@_linalg_op(
     "svd",
-    _svd_rule,
     lambda x, full_matrices=True: _pack(
         x.shape[:-2],
         _svd_fields(x, full_matrices),
@@ -438,6 +406,9 @@ _svd = _linalg_op(
     _cubic_cost(12),
     doc="Singular value decomposition.",
 )
+def _svd(x: Any, full_matrices: bool = True) -> RuleOut:
+    x = _matrices("svd", x)
+    return x.shape[:-2], _packed_dtype(_svd_fields(x, full_matrices))
 
 
 @exposes(_svd)
@@ -456,18 +427,12 @@ def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
     return SVDResult(*_unpack(_svd(x, full_matrices=full_matrices), SVDResult._fields))
 
 
-def _svdvals_rule(x: Any) -> Meta:
+@_linalg_op(
+    "svdvals", lambda x: np.linalg.svdvals(_as_float(x)), _cubic_cost(4), doc="Singular values."
+)
+def _svdvals(x: Any) -> RuleOut:
     x = _matrices("svdvals", x)
     return (*x.shape[:-2], min(x.shape[-2:])), _real(_float_dtype(x.dtype))
-
-
-_svdvals = _linalg_op(
-    "svdvals",
-    _svdvals_rule,
-    lambda x: np.linalg.svdvals(_as_float(x)),
-    _cubic_cost(4),
-    doc="Singular values.",
-)
 
 
 @exposes(_svdvals)
@@ -482,22 +447,6 @@ def svdvals(x: Any, /) -> Tensor:
 
 
 # -- solving and inverting with tolerances --------------------------------------------
-def _solve_rule(x1: Any, x2: Any) -> Meta:
-    x1 = _matrices("solve", x1, square=True)
-    if type(x2) is not Tensor or x2.ndim == 0:
-        raise ValueError("solve needs x2 to be a vector or a stack of matrices, not a scalar")
-    dtype = _float_dtype(np.result_type(x1.dtype, x2.dtype))
-    m = x1.shape[-1]
-    # 2024.12: x2 is a vector only when it is 1-d; otherwise it is (..., M, K).
-    if x2.ndim == 1:
-        if x2.shape[0] != m:
-            raise ValueError(f"x2 has {x2.shape[0]} rows, x1's matrices are {m}x{m}")
-        return x1.shape[:-1], dtype
-    if x2.shape[-2] != m:
-        raise ValueError(f"x2's matrices have {x2.shape[-2]} rows, x1's matrices are {m}x{m}")
-    return (*broadcast_shapes(x1.shape[:-2], x2.shape[:-2]), m, x2.shape[-1]), dtype
-
-
 def _solve_kernel(x1: Any, x2: Any) -> Any:
     dtype = _float_dtype(np.result_type(x1.dtype, x2.dtype))
     # numpy 2's solve reads x2 as the standard does (a vector only when 1-d).
@@ -511,9 +460,21 @@ def _solve_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x1: Tensor, x2:
     return _linalg_cost(batch, 2 / 3 * m**3 + 2 * m * m * columns)
 
 
-_solve = _linalg_op(
-    "solve", _solve_rule, _solve_kernel, _solve_cost, operands=2, doc="Solve x1 @ y == x2."
-)
+@_linalg_op("solve", _solve_kernel, _solve_cost, operands=2, doc="Solve x1 @ y == x2.")
+def _solve(x1: Any, x2: Any) -> RuleOut:
+    x1 = _matrices("solve", x1, square=True)
+    if type(x2) is not Tensor or x2.ndim == 0:
+        raise ValueError("solve needs x2 to be a vector or a stack of matrices, not a scalar")
+    dtype = _float_dtype(np.result_type(x1.dtype, x2.dtype))
+    m = x1.shape[-1]
+    # 2024.12: x2 is a vector only when it is 1-d; otherwise it is (..., M, K).
+    if x2.ndim == 1:
+        if x2.shape[0] != m:
+            raise ValueError(f"x2 has {x2.shape[0]} rows, x1's matrices are {m}x{m}")
+        return x1.shape[:-1], dtype
+    if x2.shape[-2] != m:
+        raise ValueError(f"x2's matrices have {x2.shape[-2]} rows, x1's matrices are {m}x{m}")
+    return (*broadcast_shapes(x1.shape[:-2], x2.shape[:-2]), m, x2.shape[-1]), dtype
 
 
 @exposes(_solve)
@@ -548,35 +509,31 @@ def _tolerance_batch(x: Tensor, rtol: Any) -> tuple[int, ...]:
     return x.shape[:-2]
 
 
-def _cutoff(s: Any, m: int, n: int, rtol: Any) -> Any:
-    """Singular values at most this are zero: rtol (default max(m, n) * eps)
-    times the largest one, per matrix."""
+def _above_cutoff(s: Any, x: Any, rtol: Any) -> Any:
+    """Which singular values s of x count (the others are zero): those above rtol
+    (default max(m, n) * eps) times the largest one, per matrix."""
     if rtol is None:
-        rtol = max(m, n) * np.finfo(s.dtype).eps
+        rtol = max(x.shape[-2:]) * np.finfo(s.dtype).eps
     largest = np.max(s, axis=-1, initial=0.0)
-    return (np.asarray(rtol) * largest)[..., None]
-
-
-def _matrix_rank_rule(x: Any, rtol: Any = None) -> Meta:
-    x = _matrices("matrix_rank", x)
-    _float_dtype(x.dtype)
-    return _tolerance_batch(x, rtol), _INTP
+    return s > (np.asarray(rtol) * largest)[..., None]
 
 
 def _matrix_rank_kernel(x: Any, rtol: Any = None) -> Any:
     s = np.linalg.svdvals(_as_float(x))
-    m, n = x.shape[-2:]
-    return np.count_nonzero(s > _cutoff(s, m, n, rtol), axis=-1).astype(_INTP)
+    return np.count_nonzero(_above_cutoff(s, x, rtol), axis=-1).astype(_INTP)
 
 
-_matrix_rank = _linalg_op(
+@_linalg_op(
     "matrix_rank",
-    _matrix_rank_rule,
     _matrix_rank_kernel,
     _cubic_cost(4),
     operands=None,  # rtol given as a tensor becomes an operand
     doc="Ranks, from singular values.",
 )
+def _matrix_rank(x: Any, rtol: Any = None) -> RuleOut:
+    x = _matrices("matrix_rank", x)
+    _float_dtype(x.dtype)
+    return _tolerance_batch(x, rtol), _INTP
 
 
 @exposes(_matrix_rank)
@@ -592,15 +549,9 @@ def matrix_rank(x: Any, /, *, rtol: float | Any | None = None) -> Tensor:
     return _matrix_rank(x, rtol=_tolerance_operand(rtol))
 
 
-def _pinv_rule(x: Any, rtol: Any = None) -> Meta:
-    x = _matrices("pinv", x)
-    return (*_tolerance_batch(x, rtol), x.shape[-1], x.shape[-2]), _float_dtype(x.dtype)
-
-
 def _pinv_kernel(x: Any, rtol: Any = None) -> Any:
     u, s, vh = np.linalg.svd(_as_float(x), full_matrices=False)
-    m, n = x.shape[-2:]
-    keep = s > _cutoff(s, m, n, rtol)
+    keep = _above_cutoff(s, x, rtol)
     with np.errstate(divide="ignore"):
         s_inv = np.where(keep, 1 / np.where(keep, s, 1), 0).astype(s.dtype)
     # pinv = V diag(1/s) U^H, over singular values above the cutoff only.
@@ -609,14 +560,16 @@ def _pinv_kernel(x: Any, rtol: Any = None) -> Any:
     )
 
 
-_pinv = _linalg_op(
+@_linalg_op(
     "pinv",
-    _pinv_rule,
     _pinv_kernel,
     _cubic_cost(14),
     operands=None,  # rtol given as a tensor becomes an operand
     doc="Moore-Penrose pseudo-inverses.",
 )
+def _pinv(x: Any, rtol: Any = None) -> RuleOut:
+    x = _matrices("pinv", x)
+    return (*_tolerance_batch(x, rtol), x.shape[-1], x.shape[-2]), _float_dtype(x.dtype)
 
 
 @exposes(_pinv)
@@ -634,7 +587,18 @@ def pinv(x: Any, /, *, rtol: float | Any | None = None) -> Tensor:
     return _pinv(x, rtol=_tolerance_operand(rtol))
 
 
-def _matrix_power_rule(x: Any, n: Any) -> Meta:
+def _matrix_power_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x: Tensor, n: int) -> float:
+    products = 2 * max(1, abs(int(n))).bit_length() + (4 if n < 0 else 0)
+    return _cubic_cost(2 * products)(shape, dtype, x)
+
+
+@_linalg_op(
+    "matrix_power",
+    lambda x, n: np.linalg.matrix_power(x, int(n)),
+    _matrix_power_cost,
+    doc="Integer powers of square matrices.",
+)
+def _matrix_power(x: Any, n: Any) -> RuleOut:
     x = _matrices("matrix_power", x, square=True)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"n must be an int, got {type(n).__name__}")
@@ -645,24 +609,6 @@ def _matrix_power_rule(x: Any, n: Any) -> Meta:
     except TypeError as exc:  # float16 and n < 0: numpy.linalg refuses the dtype
         raise TypeError(f"matrix_power of {x.dtype} to the power {n}: {exc}") from None
     return x.shape, dtype
-
-
-def _matrix_power_kernel(x: Any, n: int) -> Any:
-    return np.linalg.matrix_power(x, int(n))
-
-
-def _matrix_power_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x: Tensor, n: int) -> float:
-    products = 2 * max(1, abs(int(n))).bit_length() + (4 if n < 0 else 0)
-    return _cubic_cost(2 * products)(shape, dtype, x)
-
-
-_matrix_power = _linalg_op(
-    "matrix_power",
-    _matrix_power_rule,
-    _matrix_power_kernel,
-    _matrix_power_cost,
-    doc="Integer powers of square matrices.",
-)
 
 
 @exposes(_matrix_power)
@@ -680,14 +626,6 @@ def matrix_power(x: Any, n: int, /) -> Tensor:
 
 # -- norms, products, diagonals ---------------------------------------------------------
 _MATRIX_ORDS = ("fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)
-
-
-def _matrix_norm_rule(x: Any, keepdims: bool = False, ord: Any = "fro") -> Meta:
-    x = _matrices("matrix_norm", x)
-    if isinstance(ord, bool) or (ord is not None and ord not in _MATRIX_ORDS):
-        raise ArgumentError(f"ord must be one of {_MATRIX_ORDS}, got {ord!r}")
-    shape = (*x.shape[:-2], 1, 1) if keepdims else x.shape[:-2]
-    return shape, _real(_float_dtype(x.dtype))
 
 
 def _matrix_norm_kernel(x: Any, keepdims: bool = False, ord: Any = "fro") -> Any:
@@ -708,13 +646,13 @@ def _matrix_norm_cost(
     return _copy_cost(shape, dtype, x)
 
 
-_matrix_norm = _linalg_op(
-    "matrix_norm",
-    _matrix_norm_rule,
-    _matrix_norm_kernel,
-    _matrix_norm_cost,
-    doc="Matrix norms.",
-)
+@_linalg_op("matrix_norm", _matrix_norm_kernel, _matrix_norm_cost, doc="Matrix norms.")
+def _matrix_norm(x: Any, keepdims: bool = False, ord: Any = "fro") -> RuleOut:
+    x = _matrices("matrix_norm", x)
+    if isinstance(ord, bool) or (ord is not None and ord not in _MATRIX_ORDS):
+        raise ArgumentError(f"ord must be one of {_MATRIX_ORDS}, got {ord!r}")
+    shape = (*x.shape[:-2], 1, 1) if keepdims else x.shape[:-2]
+    return shape, _real(_float_dtype(x.dtype))
 
 
 @exposes(_matrix_norm)
@@ -730,27 +668,12 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: float | str | None = 
     return _matrix_norm(x, keepdims=keepdims, ord=ord)
 
 
-def _vector_norm_rule(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Meta:
-    if type(x) is not Tensor:
-        raise TypeError(f"vector_norm needs a tensor, got {type(x).__name__}")
-    if isinstance(ord, bool) or not isinstance(ord, (int, float, np.integer, np.floating)):
-        raise ArgumentError(f"ord must be a number (or inf), got {ord!r}")
-    axes = normalize_axes(axis, x.ndim)
-    if keepdims:
-        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-    else:
-        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
-    return shape, _real(_float_dtype(x.dtype))
-
-
 def _vector_norm_kernel(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:
     x = _as_float(x)
     axes = normalize_axes(axis, x.ndim)
     if ord in (math.inf, -math.inf) and any(x.shape[a] == 0 for a in axes):
         # numpy's max over nothing fails; a norm of no elements is 0.
-        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-        zeros = np.zeros(shape, _real(x.dtype))
-        return zeros if keepdims else np.squeeze(zeros, axis=axes)
+        return np.zeros(reduced_shape(x.shape, axes, keepdims), _real(x.dtype))
     if foreign_array(x):  # CuPy has no vector_norm: numpy's definition in its ops
         out = _vector_norm_by_parts(x, axes, bool(keepdims), ord)
     else:
@@ -775,9 +698,13 @@ def _vector_norm_by_parts(x: Any, axes: tuple[int, ...], keepdims: bool, ord: An
     return np.sum(size**ord, axis=axes, keepdims=keepdims) ** (1.0 / ord)
 
 
-_vector_norm = _linalg_op(
-    "vector_norm", _vector_norm_rule, _vector_norm_kernel, _copy_cost, doc="Vector norms."
-)
+@_linalg_op("vector_norm", _vector_norm_kernel, _copy_cost, doc="Vector norms.")
+def _vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> RuleOut:
+    need_tensor("vector_norm", x)
+    if isinstance(ord, bool) or not isinstance(ord, (int, float, np.integer, np.floating)):
+        raise ArgumentError(f"ord must be a number (or inf), got {ord!r}")
+    axes = normalize_axes(axis, x.ndim)
+    return reduced_shape(x.shape, axes, keepdims), _real(_float_dtype(x.dtype))
 
 
 @exposes(_vector_norm)
@@ -802,17 +729,13 @@ def vector_norm(
     return _vector_norm(x, axis=axis, keepdims=keepdims, ord=ord)
 
 
-def _outer_rule(x1: Any, x2: Any) -> Meta:
+@_linalg_op("outer", np.outer, _copy_cost, operands=2, doc="Outer products of vectors.")
+def _outer(x1: Any, x2: Any) -> RuleOut:
     for x in (x1, x2):
         if type(x) is not Tensor or x.ndim != 1:
             ndim = x.ndim if type(x) is Tensor else 0
             raise ValueError(f"outer needs two 1-d tensors, got {ndim} dimension(s)")
     return (x1.shape[0], x2.shape[0]), ufunc_dtype(np.multiply, x1, x2)
-
-
-_outer = _linalg_op(
-    "outer", _outer_rule, np.outer, _copy_cost, operands=2, doc="Outer products of vectors."
-)
 
 
 @exposes(_outer)
@@ -827,7 +750,14 @@ def outer(x1: Any, x2: Any, /) -> Tensor:
     return _outer(x1, x2)
 
 
-def _cross_rule(x1: Any, x2: Any, axis: int = -1) -> Meta:
+@_linalg_op(
+    "cross",
+    lambda x1, x2, axis=-1: np.cross(x1, x2, axis=from_the_end(x1, x2, axis)),
+    _copy_cost,
+    operands=2,
+    doc="Cross products.",
+)
+def _cross(x1: Any, x2: Any, axis: int = -1) -> RuleOut:
     if type(x1) is not Tensor or type(x2) is not Tensor:
         raise ValueError("cross needs two tensors of at least one dimension")
     ax = contracted_axis("cross", x1, x2, axis)
@@ -837,16 +767,6 @@ def _cross_rule(x1: Any, x2: Any, axis: int = -1) -> Meta:
     if dtype.kind == "b":
         raise TypeError("cross needs numbers, not bools")
     return contracted_shape("cross", x1, x2, ax), dtype
-
-
-def _cross_kernel(x1: Any, x2: Any, axis: int = -1) -> Any:
-    ax = axis - max(x1.ndim, x2.ndim) if axis >= 0 else axis
-    return np.cross(x1, x2, axis=ax)
-
-
-_cross = _linalg_op(
-    "cross", _cross_rule, _cross_kernel, _copy_cost, operands=2, doc="Cross products."
-)
 
 
 @exposes(_cross)
@@ -861,22 +781,19 @@ def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Tensor:
     return _cross(x1, x2, axis=axis)
 
 
-def _diagonal_rule(x: Any, offset: int = 0) -> Meta:
+@_linalg_op(
+    "diagonal",
+    lambda x, offset=0: np.diagonal(x, offset=int(offset), axis1=-2, axis2=-1),
+    view_cost,
+    doc="Matrix diagonals.",
+)
+def _diagonal(x: Any, offset: int = 0) -> RuleOut:
     x = _matrices("diagonal", x)
     if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
         raise TypeError(f"offset must be an int, got {type(offset).__name__}")
     m, n = x.shape[-2:]
     length = min(m, n - offset) if offset >= 0 else min(m + offset, n)
     return (*x.shape[:-2], max(0, length)), x.dtype
-
-
-_diagonal = _linalg_op(
-    "diagonal",
-    _diagonal_rule,
-    lambda x, offset=0: np.diagonal(x, offset=int(offset), axis1=-2, axis2=-1),
-    view_cost,
-    doc="Matrix diagonals.",
-)
 
 
 @exposes(_diagonal)
@@ -891,7 +808,13 @@ def diagonal(x: Any, /, *, offset: int = 0) -> Tensor:
     return _diagonal(x, offset=offset)
 
 
-def _trace_rule(x: Any, offset: int = 0, dtype: Any = None) -> Meta:
+def _trace_kernel(x: Any, offset: int = 0, dtype: Any = None) -> Any:
+    dt = None if dtype is None else to_dtype(dtype)
+    return as_array(np.trace(x, offset=int(offset), axis1=-2, axis2=-1, dtype=dt))
+
+
+@_linalg_op("trace", _trace_kernel, _copy_cost, doc="Sums of diagonals.")
+def _trace(x: Any, offset: int = 0, dtype: Any = None) -> RuleOut:
     x = _matrices("trace", x)
     if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
         raise TypeError(f"offset must be an int, got {type(offset).__name__}")
@@ -899,14 +822,6 @@ def _trace_rule(x: Any, offset: int = 0, dtype: Any = None) -> Meta:
     stand_in = np.ones((1, 1), x.dtype)
     out = np.trace(stand_in, dtype=None if dtype is None else to_dtype(dtype)).dtype
     return x.shape[:-2], out
-
-
-def _trace_kernel(x: Any, offset: int = 0, dtype: Any = None) -> Any:
-    dt = None if dtype is None else to_dtype(dtype)
-    return as_array(np.trace(x, offset=int(offset), axis1=-2, axis2=-1, dtype=dt))
-
-
-_trace = _linalg_op("trace", _trace_rule, _trace_kernel, _copy_cost, doc="Sums of diagonals.")
 
 
 @exposes(_trace)

@@ -24,6 +24,7 @@ import numpy as np
 from .._core import READY, ArgumentError, DTypeError, ShapeError, UsageError, config
 from ..tensor import Tensor
 from ._rules import (
+    RuleOut,
     broadcast_shapes,
     foreign_array,
     need_tensor,
@@ -77,20 +78,16 @@ def _ints(value: Any, what: str) -> tuple[int, ...]:
 
 
 # -- reshape -------------------------------------------------------------------
-def _reshape_rule(
-    x: Any, shape: Any, copy: bool | None = None
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _reshape_rule(x: Any, shape: Any, copy: bool | None = None) -> RuleOut:
     x = need_tensor("reshape", x)
     dims = list(shape_tuple(shape, allow_unknown=True))
     unknown = [i for i, d in enumerate(dims) if d == -1]
     if len(unknown) > 1 or any(d < -1 for d in dims):
         raise ShapeError(f"invalid target shape {tuple(dims)}: at most one -1, no other negatives")
     known = math.prod(d for d in dims if d != -1)
-    if unknown:
-        if known == 0 or x.size % known:
-            raise ShapeError(f"cannot reshape {x.shape} (size {x.size}) into {tuple(dims)}")
+    if unknown and known and x.size % known == 0:
         dims[unknown[0]] = x.size // known
-    elif known != x.size:
+    elif unknown or known != x.size:
         raise ShapeError(f"cannot reshape {x.shape} (size {x.size}) into {tuple(dims)}")
     return tuple(dims), x.dtype
 
@@ -140,9 +137,7 @@ def reshape(x: Any, /, shape: int | Sequence[int], *, copy: bool | None = None) 
 
 
 # -- axes ------------------------------------------------------------------------
-def _transpose_rule(
-    x: Any, axes: Sequence[int] | None = None
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _transpose_rule(x: Any, axes: Sequence[int] | None = None) -> RuleOut:
     x = need_tensor("transpose", x)
     if axes is None:
         return x.shape[::-1], x.dtype
@@ -172,7 +167,7 @@ def permute_dims(x: Any, /, axes: Sequence[int]) -> Tensor:
     return transpose(x, axes=tuple(axes))
 
 
-def _moveaxis_rule(x: Any, source: Any, destination: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _moveaxis_rule(x: Any, source: Any, destination: Any) -> RuleOut:
     x = need_tensor("moveaxis", x)
     perm = moveaxis_permutation(x.ndim, source, destination)
     return tuple(x.shape[a] for a in perm), x.dtype
@@ -191,21 +186,15 @@ def moveaxis_permutation(ndim: int, source: Any, destination: Any) -> list[int]:
         raise ShapeError(f"source {source} and destination {destination} differ in length")
     if len(set(src)) != len(src) or len(set(dst)) != len(dst):
         raise ShapeError(f"repeated axis in source {source} or destination {destination}")
-    rest = [a for a in range(ndim) if a not in src]
-    perm = [0] * ndim
-    for s, d in zip(src, dst, strict=True):
-        perm[d] = s
-    free = iter(rest)
-    taken = set(dst)
-    return [perm[i] if i in taken else next(free) for i in range(ndim)]
+    placed = dict(zip(dst, src, strict=True))
+    rest = iter(a for a in range(ndim) if a not in src)
+    return [placed[i] if i in placed else next(rest) for i in range(ndim)]
 
 
 _moveaxis = define_op(
     "moveaxis", _moveaxis_rule, cost=view_cost, operands=1, doc="Move axes to new positions."
 )
-_moveaxis.register_kernel(
-    GENERIC, lambda x, source, destination: np.moveaxis(x, source, destination)
-)
+_moveaxis.register_kernel(GENERIC, np.moveaxis)
 
 
 def moveaxis(x: Any, source: int | Sequence[int], destination: int | Sequence[int], /) -> Tensor:
@@ -218,7 +207,7 @@ def moveaxis(x: Any, source: int | Sequence[int], destination: int | Sequence[in
     return _moveaxis(x, source=source, destination=destination)
 
 
-def _expand_dims_rule(x: Any, axis: Any = 0) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _expand_dims_rule(x: Any, axis: Any = 0) -> RuleOut:
     x = need_tensor("expand_dims", x)
     axes = _ints(axis, "axis")
     out_ndim = x.ndim + len(axes)
@@ -248,7 +237,7 @@ def expand_dims(x: Any, /, axis: int | Sequence[int] = 0) -> Tensor:
     return _expand_dims(x, axis=axis)
 
 
-def _squeeze_rule(x: Any, axis: Any = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _squeeze_rule(x: Any, axis: Any = None) -> RuleOut:
     x = need_tensor("squeeze", x)
     if axis is None:
         return tuple(d for d in x.shape if d != 1), x.dtype
@@ -276,7 +265,7 @@ def squeeze(x: Any, /, axis: int | Sequence[int] | None = None) -> Tensor:
     return _squeeze(x, axis=axis)
 
 
-def _flip_rule(x: Any, axis: Any = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _flip_rule(x: Any, axis: Any = None) -> RuleOut:
     x = need_tensor("flip", x)
     normalize_axes(axis, x.ndim)  # the refusals: out of range, repeated
     return x.shape, x.dtype
@@ -297,7 +286,7 @@ def flip(x: Any, /, *, axis: int | Sequence[int] | None = None) -> Tensor:
     return _flip(x, axis=axis)
 
 
-def _roll_rule(x: Any, shift: Any, axis: Any = None) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _roll_rule(x: Any, shift: Any, axis: Any = None) -> RuleOut:
     x = need_tensor("roll", x)
     shifts = _ints(shift, "shift")
     if axis is None:
@@ -327,7 +316,7 @@ def roll(
     return _roll(x, shift=shift, axis=axis)
 
 
-def _tile_rule(x: Any, repetitions: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _tile_rule(x: Any, repetitions: Any) -> RuleOut:
     x = need_tensor("tile", x)
     reps = _ints(repetitions, "repetitions")
     if any(r < 0 for r in reps):
@@ -354,11 +343,10 @@ def tile(x: Any, repetitions: Sequence[int], /) -> Tensor:
     return _tile(x, repetitions=repetitions)
 
 
-def _repeat_rule(
-    x: Any, repeats: Any, axis: int | None = None
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _repeat_rule(x: Any, repeats: Any, axis: int | None = None) -> RuleOut:
     x = need_tensor("repeat", x)
-    n = x.size if axis is None else x.shape[normalize_axis(axis, x.ndim)]
+    ax = None if axis is None else normalize_axis(axis, x.ndim)
+    n = x.size if ax is None else x.shape[ax]
     if isinstance(repeats, np.ndarray):  # a tensor's values, read by repeat()
         if repeats.ndim > 1 or (repeats.ndim == 1 and repeats.size not in (1, n)):
             raise ValueError(
@@ -373,9 +361,8 @@ def _repeat_rule(
         if count < 0:
             raise ValueError(f"repeats must not be negative, got {count}")
         total = count * n
-    if axis is None:
+    if ax is None:
         return (total,), x.dtype
-    ax = normalize_axis(axis, x.ndim)
     return (*x.shape[:ax], total, *x.shape[ax + 1 :]), x.dtype
 
 
@@ -419,7 +406,7 @@ def repeat(x: Any, repeats: int | Any, /, *, axis: int | None = None) -> Tensor:
     return _repeat(x, repeats=values, axis=axis)
 
 
-def _broadcast_to_rule(x: Any, shape: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _broadcast_to_rule(x: Any, shape: Any) -> RuleOut:
     x = need_tensor("broadcast_to", x)
     target = shape_tuple(shape)
     if len(target) < x.ndim or broadcast_shapes(x.shape, target) != target:
@@ -464,7 +451,7 @@ def broadcast_arrays(*arrays: Any) -> list[Tensor]:
 
 
 # -- joining and splitting ----------------------------------------------------------
-def _concat_rule(*xs: Any, axis: int | None = 0) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _concat_rule(*xs: Any, axis: int | None = 0) -> RuleOut:
     if not xs:
         raise ValueError("concat needs at least one tensor")
     xs = tuple(need_tensor("concat", x) for x in xs)
@@ -475,28 +462,18 @@ def _concat_rule(*xs: Any, axis: int | None = 0) -> tuple[tuple[int, ...], np.dt
     if first.ndim == 0:
         raise ShapeError("cannot concatenate 0-d tensors; use stack")
     ax = normalize_axis(axis, first.ndim)
+    before, after = first.shape[:ax], first.shape[ax + 1 :]
     for x in xs[1:]:
-        if x.ndim != first.ndim or any(
-            a != b for i, (a, b) in enumerate(zip(x.shape, first.shape, strict=True)) if i != ax
-        ):
+        if x.ndim != first.ndim or x.shape[:ax] != before or x.shape[ax + 1 :] != after:
             raise ShapeError(
                 f"shapes {first.shape} and {x.shape} differ outside the concat axis {ax}"
             )
-    shape = list(first.shape)
-    shape[ax] = sum(x.shape[ax] for x in xs)
-    return tuple(shape), dtype
+    return (*before, sum(x.shape[ax] for x in xs), *after), dtype
 
 
-def _concat_kernel(*xs: Any, axis: int | None = 0) -> Any:
-    if axis is None:
-        return np.concatenate([np.ravel(x) for x in xs])
-    return np.concatenate(xs, axis=axis)
-
-
-_concat = define_op(
-    "concat", _concat_rule, cost=elementwise_cost, doc="Join tensors along an axis."
-)
-_concat.register_kernel(GENERIC, _concat_kernel)
+_concat = define_op("concat", _concat_rule, doc="Join tensors along an axis.")
+# (numpy's axis=None flattens the tensors first, as concat's does.)
+_concat.register_kernel(GENERIC, lambda *xs, axis=0: np.concatenate(xs, axis=axis))
 
 
 def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Tensor:
@@ -510,7 +487,7 @@ def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Tensor:
     return _concat(*arrays, axis=axis)
 
 
-def _stack_rule(*xs: Any, axis: int = 0) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _stack_rule(*xs: Any, axis: int = 0) -> RuleOut:
     if not xs:
         raise ValueError("stack needs at least one tensor")
     xs = tuple(need_tensor("stack", x) for x in xs)
@@ -523,9 +500,7 @@ def _stack_rule(*xs: Any, axis: int = 0) -> tuple[tuple[int, ...], np.dtype[Any]
     return shape, np.result_type(*(x.dtype for x in xs))
 
 
-_stack = define_op(
-    "stack", _stack_rule, cost=elementwise_cost, doc="Join tensors along a new axis."
-)
+_stack = define_op("stack", _stack_rule, doc="Join tensors along a new axis.")
 _stack.register_kernel(GENERIC, lambda *xs, axis=0: np.stack(xs, axis=axis))
 
 
@@ -593,14 +568,12 @@ def _split_bounds(
 
 
 # -- dtype ---------------------------------------------------------------------------
-def _astype_rule(x: Any, dtype: Any, copy: bool = True) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _astype_rule(x: Any, dtype: Any, copy: bool = True) -> RuleOut:
     x = need_tensor("astype", x)
     return x.shape, to_dtype(dtype)
 
 
-_astype = define_op(
-    "astype", _astype_rule, cost=elementwise_cost, operands=1, doc="Cast to another dtype."
-)
+_astype = define_op("astype", _astype_rule, operands=1, doc="Cast to another dtype.")
 _astype.register_kernel(GENERIC, lambda x, dtype, copy=True: x.astype(dtype, copy=copy))
 
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from ..devices import get_device
 from ..tensor import Tensor
 from .creation import asarray
 
@@ -31,7 +30,7 @@ __all__: list[str] = []
 
 def _rebuild(data: np.ndarray, device: str) -> Tensor:
     """A ready tensor of ``data`` on the device named ``device``."""
-    return asarray(data, device=get_device(device))
+    return asarray(data, device=device)
 
 
 def _reduce(self: Tensor) -> tuple[Any, ...]:

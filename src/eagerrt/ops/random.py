@@ -25,7 +25,7 @@ from .._core import ArgumentError, DTypeError, config, renew_after_fork
 from ..devices.base import Device
 from ..tensor import Tensor
 from . import registry
-from ._rules import shape_tuple, to_dtype
+from ._rules import RuleOut, shape_tuple, to_dtype
 from .registry import GENERIC, define_op
 
 __all__ = ["normal", "seed", "uniform"]
@@ -52,9 +52,7 @@ def _next_seed(explicit: int | None) -> int:
         return int(_seeds.integers(2**63))
 
 
-def _random_rule(
-    *, shape: Any, dtype: Any, seed: int, a: float, b: float, dist: str
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _random_rule(*, shape: Any, dtype: Any, seed: int, a: float, b: float, dist: str) -> RuleOut:
     dt = to_dtype(dtype)
     if dt not in (np.float32, np.float64):
         raise DTypeError(f"random {dist} supports float32 and float64, not {dt}")
@@ -74,15 +72,6 @@ _random = define_op("random", _random_rule, cost=_random_cost, doc="Seeded rando
 _random.stateful = True
 
 
-def _seed_for_call(explicit: int | None) -> int | None:
-    """The seed: the caller's, else drawn now; inside ``ert.function`` without
-    one, None: drawn each time the compiled function runs, so every call
-    samples anew, as eager calls do."""
-    if explicit is None and registry.tracing():
-        return None
-    return _next_seed(explicit)
-
-
 @_random.kernel(GENERIC)
 def _random_kernel(
     *, shape: Any, dtype: Any, seed: int | None, a: float, b: float, dist: str
@@ -92,12 +81,22 @@ def _random_kernel(
     if dist == "uniform":
         out = rng.random(shape, dtype=dt)
         out *= b - a
-        out += a
     else:
         out = rng.standard_normal(shape, dtype=dt)
         out *= b
-        out += a
+    out += a
     return out
+
+
+def _sample(
+    dist: str, shape: Any, a: float, b: float, dtype: Any, seed: int | None, device: Any
+) -> Tensor:
+    """The op's call. Its seed: the caller's, else drawn now; inside
+    ``ert.function`` without one, None: drawn each time the compiled function
+    runs, so every call samples anew, as eager calls do."""
+    if seed is not None or not registry.tracing():
+        seed = _next_seed(seed)
+    return _random(shape=shape, dtype=dtype, seed=seed, a=a, b=b, dist=dist, device=device)
 
 
 def uniform(
@@ -110,15 +109,7 @@ def uniform(
     device: str | Device | None = None,
 ) -> Tensor:
     """Samples from ``[low, high)``, reproducible for a given ``seed``."""
-    return _random(
-        shape=shape,
-        dtype=dtype,
-        seed=_seed_for_call(seed),
-        a=low,
-        b=high,
-        dist="uniform",
-        device=device,
-    )
+    return _sample("uniform", shape, low, high, dtype, seed, device)
 
 
 def normal(
@@ -131,12 +122,4 @@ def normal(
     device: str | Device | None = None,
 ) -> Tensor:
     """Samples from a normal distribution, reproducible for a given ``seed``."""
-    return _random(
-        shape=shape,
-        dtype=dtype,
-        seed=_seed_for_call(seed),
-        a=mean,
-        b=std,
-        dist="normal",
-        device=device,
-    )
+    return _sample("normal", shape, mean, std, dtype, seed, device)

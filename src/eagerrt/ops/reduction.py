@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from .._core import ArgumentError, ShapeError, UsageError, config
 from ..tensor import Tensor
-from ._rules import as_array, normalize_axes, normalize_axis, to_dtype
+from ._rules import RuleOut, as_array, normalize_axes, normalize_axis, to_dtype
 from .manipulation import broadcast_to, concat
 from .registry import GENERIC, Op, call_error, define_op, exposes
 from .wrap import as_tensor
@@ -56,7 +56,6 @@ _BOOL = np.dtype(np.bool_)
 _INTP = np.dtype(np.intp)
 
 Axis = int | Sequence[int] | None
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _accumulate_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -79,9 +78,8 @@ def _var_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
     return _mean_dtype(dtype)
 
 
-def _reduced_shape(
-    shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool
-) -> tuple[int, ...]:
+def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+    """``shape`` reduced over ``axes``: kept as 1s when ``keepdims``, else dropped."""
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
@@ -96,6 +94,17 @@ def _check_out(out: Any) -> None:
         raise TypeError("out= is not supported: tensors are immutable")
 
 
+def _reduction_op(name: str, rule: Callable[..., Any], kernel: Callable[..., Any], doc: str) -> Op:
+    """The op of numpy's reduction ``kernel``, whose ``out`` its rule leaves None."""
+
+    def run(x: Any, axis: Any = None, out: Any = None, **params: Any) -> Any:
+        return as_array(kernel(x, axis=axis, **params))
+
+    op = define_op(name, rule, cost=_reduction_cost, operands=1, doc=doc)
+    op.register_kernel(GENERIC, run)
+    return op
+
+
 def _reduction(
     name: str,
     kernel: Callable[..., Any],
@@ -106,9 +115,7 @@ def _reduction(
 ) -> Op:
     """A reduction op whose parameters are numpy's, in numpy's order."""
 
-    def shape_and_dtype(
-        x: Tensor, axis: Any, keepdims: bool, dtype: Any
-    ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    def shape_and_dtype(x: Tensor, axis: Any, keepdims: bool, dtype: Any) -> RuleOut:
         if isinstance(axis, list):  # numpy's reductions take an int or a tuple
             raise TypeError(f"axis must be an int or a tuple of ints, not a list ({axis})")
         axes = normalize_axes(axis, x.ndim)
@@ -119,14 +126,14 @@ def _reduction(
         else:  # numpy's dtype= rules (and refusals), from a two-element stand-in
             stand_in = np.ones((2, 1), x.dtype)
             out = np.asarray(kernel(stand_in, axis=0, dtype=to_dtype(dtype))).dtype
-        return _reduced_shape(x.shape, axes, keepdims), out
+        return reduced_shape(x.shape, axes, keepdims), out
 
-    rule: Callable[..., tuple[tuple[int, ...], np.dtype[Any]]]
+    rule: Callable[..., RuleOut]
     if signature == "dtype":  # sum, prod, mean
 
         def rule(
             x: Tensor, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False
-        ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        ) -> RuleOut:
             _check_out(out)
             return shape_and_dtype(x, axis, keepdims, dtype)
 
@@ -139,7 +146,7 @@ def _reduction(
             out: Any = None,
             ddof: float = 0,
             keepdims: bool = False,
-        ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        ) -> RuleOut:
             _check_out(out)
             if isinstance(ddof, bool) or not isinstance(ddof, (int, float, np.number)):
                 raise TypeError(f"correction (ddof) must be a number, got {ddof!r}")
@@ -149,21 +156,11 @@ def _reduction(
 
     else:  # max, min, all, any
 
-        def rule(
-            x: Tensor, axis: Any = None, out: Any = None, keepdims: bool = False
-        ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        def rule(x: Tensor, axis: Any = None, out: Any = None, keepdims: bool = False) -> RuleOut:
             _check_out(out)
             return shape_and_dtype(x, axis, keepdims, None)
 
-    op = define_op(
-        name, rule, cost=_reduction_cost, operands=1, doc=f"``numpy.{name}`` over ``axis``."
-    )
-
-    def run(x: Any, axis: Any = None, out: Any = None, **params: Any) -> Any:
-        return as_array(kernel(x, axis=axis, **params))
-
-    op.register_kernel(GENERIC, run)
-    return op
+    return _reduction_op(name, rule, kernel, f"``numpy.{name}`` over ``axis``.")
 
 
 _sum = _reduction("sum", np.sum, _accumulate_dtype, "dtype")
@@ -340,7 +337,7 @@ def any(x: Any, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
 def _cumulative(name: str, kernel: Callable[..., Any]) -> Op:
     def rule(
         x: Tensor, axis: int | None = None, dtype: Any = None, include_initial: bool = False
-    ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    ) -> RuleOut:
         if x.ndim == 0:
             raise ShapeError(f"{name} needs a tensor of at least one dimension")
         if axis is None:
@@ -356,12 +353,7 @@ def _cumulative(name: str, kernel: Callable[..., Any]) -> Op:
     op = define_op(
         name, rule, operands=1, doc=f"``numpy.{name}`` along ``axis``, as the standard says."
     )
-    op.register_kernel(
-        GENERIC,
-        lambda x, axis=None, dtype=None, include_initial=False: kernel(
-            x, axis=axis, dtype=dtype, include_initial=include_initial
-        ),
-    )
+    op.register_kernel(GENERIC, kernel)
     return op
 
 
@@ -398,7 +390,7 @@ def cumulative_prod(
 
 
 # -- differences ------------------------------------------------------------------------
-def _diff_rule(x: Tensor, n: int = 1, axis: int = -1) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _diff_rule(x: Tensor, n: int = 1, axis: int = -1) -> RuleOut:
     ax = normalize_axis(axis, x.ndim)
     shape = list(x.shape)
     shape[ax] = builtins.max(0, shape[ax] - n)
@@ -442,18 +434,11 @@ def diff(
         raise call_error(type(exc), "diff", (x,), static, str(exc)) from None
     if n == 0:
         return x
-    parts: list[Tensor | None] = []
-    for end in (prepend, append):
-        if end is None:
-            parts.append(None)
-            continue
-        end = as_tensor(end)
-        if end.ndim == 0:  # a scalar end is one slice of x's shape, as numpy does
-            end = broadcast_to(end, (*x.shape[:ax], 1, *x.shape[ax + 1 :]))
-        parts.append(end)
-    if parts[0] is not None or parts[1] is not None:
-        joined = [p for p in (parts[0], x, parts[1]) if p is not None]
-        x = concat(joined, axis=ax)
+    if prepend is not None or append is not None:
+        parts = [as_tensor(p) for p in (prepend, x, append) if p is not None]
+        # A scalar end is one slice of x's shape, as numpy does.
+        one_slice = (*x.shape[:ax], 1, *x.shape[ax + 1 :])
+        x = concat([broadcast_to(p, one_slice) if p.ndim == 0 else p for p in parts], axis=ax)
     return _diff(x, n=int(n), axis=ax)
 
 
@@ -461,7 +446,7 @@ def diff(
 def _arg_reduction(name: str, kernel: Callable[..., Any]) -> Op:
     def rule(
         x: Tensor, axis: int | None = None, out: Any = None, *, keepdims: bool = False
-    ) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    ) -> RuleOut:
         _check_out(out)
         if axis is None:
             if x.size == 0:
@@ -470,18 +455,9 @@ def _arg_reduction(name: str, kernel: Callable[..., Any]) -> Op:
         ax = normalize_axis(axis, x.ndim)
         if x.shape[ax] == 0:
             raise ShapeError(f"{name} over axis {ax} of size 0 is undefined")
-        return _reduced_shape(x.shape, (ax,), keepdims), _INTP
+        return reduced_shape(x.shape, (ax,), keepdims), _INTP
 
-    op = define_op(
-        name, rule, cost=_reduction_cost, operands=1, doc=f"``numpy.{name}``: index of the extreme."
-    )
-    op.register_kernel(
-        GENERIC,
-        lambda x, axis=None, out=None, keepdims=False: as_array(
-            kernel(x, axis=axis, keepdims=keepdims)
-        ),
-    )
-    return op
+    return _reduction_op(name, rule, kernel, f"``numpy.{name}``: index of the extreme.")
 
 
 _argmax = _arg_reduction("argmax", np.argmax)

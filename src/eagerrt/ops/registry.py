@@ -88,9 +88,11 @@ __all__ = [
 #: The device name under which an op's generic (numpy-API) kernel is registered.
 GENERIC = "generic"
 
-Rule = Callable[..., tuple[tuple[int, ...], np.dtype[Any]]]
+Shape = tuple[int, ...]
+Rule = Callable[..., tuple[Shape, np.dtype[Any]]]
 Cost = Callable[..., float]
 Kernel = Callable[..., Any]
+_Bound = tuple[tuple[Any, ...], dict[str, Any]]  # a call's operands and static arguments
 
 _SCALAR_TYPES = (bool, int, float, complex)
 
@@ -112,15 +114,6 @@ def set_trace_recorder(recorder: Callable[..., Tensor], is_tracing: Callable[[],
     global _trace_recorder, tracing
     _trace_recorder = recorder
     tracing = is_tracing
-
-
-def _untraceable(name: str) -> Exception:
-    """The error for a traced tensor reaching code that needs its data now."""
-    return TracingError(
-        f"{name} can't be traced by ert.function: it needs its operands' data at the "
-        f"call, which a traced tensor doesn't have\n  at {user_line()}\n"
-        "Call it outside the compiled function, or run the function eagerly."
-    )
 
 
 _registry: dict[str, Op] = {}
@@ -160,9 +153,7 @@ config.on_cost_change(_forget_all_calls)
 on_device_closed(lambda device: _forget_all_calls())
 
 
-def elementwise_cost(
-    shape: tuple[int, ...], dtype: np.dtype[Any], /, *args: Any, **static: Any
-) -> float:
+def elementwise_cost(shape: Shape, dtype: np.dtype[Any], /, *args: Any, **static: Any) -> float:
     """Default cost: a fixed call overhead plus a constant per output element."""
     return config.op_overhead_ns + math.prod(shape) * config.ns_per_element
 
@@ -222,9 +213,7 @@ class Op:
             for p in inspect.signature(rule).parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
-        self._static_names: tuple[str, ...] = ()
-        if operands is not None:
-            self._static_names = tuple(positional[operands:])
+        self._static_names = () if operands is None else tuple(positional[operands:])
         #: The rule's parameter names for operands, for operands given by keyword.
         self._operand_names: tuple[str, ...] = tuple(positional[:operands])
         self.cost: Cost = cost or elementwise_cost
@@ -272,11 +261,10 @@ class Op:
         one of the rule's shape and dtype. On the CPU, a user kernel's list or
         Python number is turned into an array for the ops that read it.
         """
-        from_user = bool(_builtin_names) and not _backends_loading
-        if from_user and device in (GENERIC, "cpu"):
-            fn = _host_arrays_out(fn)
-        if from_user:
+        if _builtin_names and not _backends_loading:  # a user's kernel
             self._user_kernels.add(device)
+            if device in (GENERIC, "cpu"):
+                fn = _host_arrays_out(fn)
         self.forget_calls()  # first: calls in flight see the new generation
         self.kernels[device] = fn
         self._by_device.clear()
@@ -288,13 +276,7 @@ class Op:
         It runs on the general path, once per new signature; the fast path then
         reuses its choice for every call with the same shapes and dtypes.
         """
-
-        def register(fn: Callable[..., Kernel | None]) -> Callable[..., Kernel | None]:
-            self._specializers[device] = fn
-            self.forget_calls()
-            return fn
-
-        return register
+        return _adding(self._specializers, device, then=self.forget_calls)
 
     def prepare(self, device: str) -> Callable[[Callable[..., Kernel | None]], Any]:
         """Decorator: in graph mode, ``fn(constants, *args, **static)`` may return a
@@ -305,12 +287,7 @@ class Op:
         transformed weights): graph mode computes from weights once, at compile
         time, as constant folding does. Eager calls never use it.
         """
-
-        def register(fn: Callable[..., Kernel | None]) -> Callable[..., Kernel | None]:
-            self._preparers[device] = fn
-            return fn
-
-        return register
+        return _adding(self._preparers, device)
 
     def out_form(self, device: str) -> Callable[[Callable[[Any], Kernel | None]], Any]:
         """Decorator: ``fn(node)`` gives this op's *out form* on ``device`` for a
@@ -320,12 +297,7 @@ class Op:
         compiled plan's memory plan reuses across steps; static arguments are
         bound by ``fn``. Eager calls never use it.
         """
-
-        def register(fn: Callable[[Any], Kernel | None]) -> Callable[[Any], Kernel | None]:
-            self._out_forms[device] = fn
-            return fn
-
-        return register
+        return _adding(self._out_forms, device)
 
     @property
     def user_kernels(self) -> frozenset[str]:
@@ -342,9 +314,8 @@ class Op:
     def out_form_for(self, node: Any) -> Kernel | None:
         """The out form registered for ``node``'s device (or the generic one)."""
         device = node.out.device
-        maker = self._out_forms.get(device.kernel_name or device.name)
-        if maker is None:
-            maker = self._out_forms.get(GENERIC)
+        forms = self._out_forms
+        maker = forms.get(device.kernel_name or device.name) or forms.get(GENERIC)
         return None if maker is None else maker(node)
 
     def forget_calls(self) -> None:
@@ -386,9 +357,7 @@ class Op:
                 return self.call1(args[0])
         return self._call(args, device, static)
 
-    def _bind_static(
-        self, args: tuple[Any, ...], static: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _bind_static(self, args: tuple[Any, ...], static: dict[str, Any]) -> _Bound:
         n = self.operands or 0
         extra = args[n:]
         if len(extra) > len(self._static_names):
@@ -412,7 +381,7 @@ class Op:
         self,
         args: tuple[Any, ...],
         dev: Device,
-        shape: tuple[int, ...],
+        shape: Shape,
         dtype: np.dtype[Any],
         cost: float,
         kernel: Kernel,
@@ -441,9 +410,7 @@ class Op:
         if self._generation != generation:
             self._last1 = self._last2 = self._last2l = self._last2r = None
 
-    def _operands_from_keywords(
-        self, args: tuple[Any, ...], static: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _operands_from_keywords(self, args: tuple[Any, ...], static: dict[str, Any]) -> _Bound:
         """``ert.take(x, indices=i)``: operands named by keyword join ``args``, so
         the op waits for them like any operand. Tensors can't be static.
 
@@ -462,22 +429,14 @@ class Op:
             for position, name in enumerate(names):
                 if not is_operand(name):
                     continue
-                if position < len(args):
-                    raise call_error(
-                        DTypeError,
-                        self.name,
-                        tuple(args),
-                        static,
-                        f"got multiple values for {name!r}",
+                if position != len(args):
+                    why = (
+                        f"got multiple values for {name!r}"
+                        if position < len(args)
+                        else f"operand {name!r} given by keyword, but "
+                        f"{names[len(args)]!r} is missing"
                     )
-                if position > len(args):
-                    raise call_error(
-                        DTypeError,
-                        self.name,
-                        tuple(args),
-                        static,
-                        f"operand {name!r} given by keyword, but {names[len(args)]!r} is missing",
-                    )
+                    raise call_error(DTypeError, self.name, tuple(args), static, why)
                 args.append(static.pop(name))  # type: ignore[attr-defined]
             args = tuple(args)
         for key, value in static.items():
@@ -512,9 +471,7 @@ class Op:
                 ) from None
         return tuple(out)
 
-    def _failed(
-        self, exc: Exception, shape: tuple[int, ...], dtype: np.dtype[Any], dev: Device
-    ) -> Tensor:
+    def _failed(self, exc: Exception, shape: Shape, dtype: np.dtype[Any], dev: Device) -> Tensor:
         return Tensor._failed(Failure(self.name, user_line(), exc), shape, dtype, dev, self.name)
 
     def _call(self, args: tuple[Any, ...], device: Any, static: dict[str, Any]) -> Tensor:
@@ -662,7 +619,7 @@ class Op:
         kernel: Kernel,
         args: tuple[Any, ...],
         static: dict[str, Any],
-        shape: tuple[int, ...],
+        shape: Shape,
         dtype: np.dtype[Any],
         dev: Device,
     ) -> Tensor:
@@ -688,23 +645,18 @@ class Op:
         kernel: Kernel,
         args: tuple[Any, ...],
         static: dict[str, Any],
-        shape: tuple[int, ...],
+        shape: Shape,
         dtype: np.dtype[Any],
         ready: bool,
     ) -> Tensor:
         """A stream device's op: its tensor is ready once the work is enqueued
         (on the thread that completes the operands, if some are still pending)."""
         if not ready:
-            return launch(
-                self.name,
-                lambda *values: dev.enqueue(self, kernel, values, static, shape, dtype),
-                args,
-                shape,
-                dtype,
-                dev,
-                0.0,
-                dev.executor,
-            )
+
+            def enqueue(*values: Any) -> Any:
+                return dev.enqueue(self, kernel, values, static, shape, dtype)
+
+            return launch(self.name, enqueue, args, shape, dtype, dev, 0.0, dev.executor)
         values = [a._value if type(a) is Tensor else a for a in args]
         recording = profiling.active  # the device may report the work: see launching()
         launching = (
@@ -729,7 +681,7 @@ class Op:
         kernel: Kernel,
         args: tuple[Any, ...],
         static: dict[str, Any],
-        shape: tuple[int, ...],
+        shape: Shape,
         dtype: np.dtype[Any],
         dev: Device,
         cost: float,
@@ -747,10 +699,9 @@ def _call_signature(rule: Rule, operands: int | None) -> inspect.Signature:
     position = 0
     for p in inspect.signature(rule).parameters.values():
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            is_operand = operands is None or position < operands
-            position += 1
-            if is_operand:
+            if operands is None or position < operands:
                 p = p.replace(kind=p.POSITIONAL_ONLY)
+            position += 1
         if p.kind == p.VAR_KEYWORD:
             params.append(inspect.Parameter("device", p.KEYWORD_ONLY, default=None))
         params.append(p.replace(annotation=p.empty))
@@ -760,6 +711,20 @@ def _call_signature(rule: Rule, operands: int | None) -> inspect.Signature:
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _adding(
+    table: dict[str, Any], device: str, then: Callable[[], None] | None = None
+) -> Callable[[_F], _F]:
+    """A decorator putting ``fn`` in ``table`` under ``device`` (then calling ``then``)."""
+
+    def register(fn: _F) -> _F:
+        table[device] = fn
+        if then is not None:
+            then()
+        return fn
+
+    return register
 
 
 def exposes(op: Op) -> Callable[[_F], _F]:
@@ -824,7 +789,7 @@ def launch(
     name: str,
     compute: Callable[..., Any],
     args: tuple[Any, ...],
-    shape: tuple[int, ...],
+    shape: Shape,
     dtype: np.dtype[Any],
     device: Device,
     cost_ns: float,
@@ -841,7 +806,11 @@ def launch(
     for a in args:
         if type(a) is Tensor and a._state != READY:
             if a._state == TRACED:
-                raise _untraceable(name)
+                raise TracingError(
+                    f"{name} can't be traced by ert.function: it needs its operands' data "
+                    f"at the call, which a traced tensor doesn't have\n  at {user_line()}\n"
+                    "Call it outside the compiled function, or run the function eagerly."
+                )
             if a._state == PENDING:
                 pending.append(a)
     if config.sync_active:  # every op runs at its call: wait for inputs made earlier
@@ -1009,9 +978,7 @@ register_runner(Op._run_recorded.__code__, _run_by_method)
 register_runner(_KernelTask.run.__code__, _run_by_task)
 
 
-def _checking(
-    kernel: Kernel, name: str, dev: Device, shape: tuple[int, ...], dtype: np.dtype[Any]
-) -> Kernel:
+def _checking(kernel: Kernel, name: str, dev: Device, shape: Shape, dtype: np.dtype[Any]) -> Kernel:
     """``kernel``, its result checked against the rule's shape and dtype (and
     the device's array type): a kernel from outside eagerrt, or any kernel on a
     device that asks, can't hand back a wrong result silently. The check made
@@ -1025,9 +992,7 @@ def _checking(
     return checked
 
 
-def _check_result(
-    name: str, dev: Device, result: Any, shape: tuple[int, ...], dtype: np.dtype[Any]
-) -> None:
+def _check_result(name: str, dev: Device, result: Any, shape: Shape, dtype: np.dtype[Any]) -> None:
     where = f"op {name!r} on device {dev.name!r}"
     types = dev.native_types
     if types is not None and not isinstance(result, types):
@@ -1109,8 +1074,7 @@ def define_op(
     lets a new op take the name of an earlier user-defined one (re-running a
     notebook cell); built-in ops can't be replaced, only given new kernels.
     """
-    existing = _registry.get(name)
-    if existing is not None and not (replace and name not in _builtin_names):
+    if name in _registry and not (replace and name not in _builtin_names):
         hint = (
             "it is built in: add a kernel with get_op(name).kernel(device) instead"
             if name in _builtin_names

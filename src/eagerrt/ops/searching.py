@@ -21,7 +21,8 @@ import numpy as np
 
 from .._core import ShapeError, config
 from ..tensor import Tensor
-from ._rules import as_array, foreign_array, normalize_axes
+from ._rules import RuleOut, as_array, foreign_array, need_tensor, normalize_axes
+from .reduction import reduced_shape
 from .registry import GENERIC, call_error, define_op
 from .wrap import as_tensor, wrap
 
@@ -31,15 +32,9 @@ _INT64 = np.dtype(np.int64)
 
 
 # -- count_nonzero ---------------------------------------------------------------------
-def _count_rule(
-    x: Any, axis: Any = None, keepdims: bool = False
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    if type(x) is not Tensor:
-        raise TypeError(f"count_nonzero needs a tensor, got {type(x).__name__}")
-    axes = normalize_axes(axis, x.ndim)
-    if keepdims:
-        return tuple(1 if i in axes else d for i, d in enumerate(x.shape)), _INT64
-    return tuple(d for i, d in enumerate(x.shape) if i not in axes), _INT64
+def _count_rule(x: Any, axis: Any = None, keepdims: bool = False) -> RuleOut:
+    need_tensor("count_nonzero", x)
+    return reduced_shape(x.shape, normalize_axes(axis, x.ndim), keepdims), _INT64
 
 
 def _count_kernel(x: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
@@ -97,9 +92,7 @@ def nonzero(x: Any, /) -> tuple[Tensor, ...]:
 
 
 # -- searchsorted ----------------------------------------------------------------------------
-def _searchsorted_rule(
-    x1: Any, x2: Any, *sorter: Any, side: str = "left"
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _searchsorted_rule(x1: Any, x2: Any, *sorter: Any, side: str = "left") -> RuleOut:
     if type(x1) is not Tensor:
         raise TypeError(f"searchsorted: x1 must be a tensor, got {type(x1).__name__}")
     if x1.ndim != 1:

@@ -14,43 +14,19 @@ in the standard and are refused.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
 
 from .._core import config
 from ..tensor import Tensor
-from ._rules import as_array, foreign_array, normalize_axis
-from .registry import GENERIC, define_op
+from ._rules import RuleOut, as_array, foreign_array, need_tensor, normalize_axis
+from .registry import GENERIC, Op, define_op
 
 __all__ = ["argsort", "sort"]
 
 _INT64 = np.dtype(np.int64)
-
-
-def _check(name: str, x: Any, axis: Any, descending: Any, stable: Any) -> int:
-    if type(x) is not Tensor:
-        raise TypeError(f"{name} needs a tensor, got {type(x).__name__}")
-    if x.dtype.kind == "c":
-        raise TypeError(f"{name}: complex numbers have no order ({x.dtype})")
-    for flag, value in (("descending", descending), ("stable", stable)):
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"{name}: {flag} must be a bool, got {value!r}")
-    return normalize_axis(axis, x.ndim)
-
-
-def _sort_rule(
-    x: Any, axis: int = -1, descending: bool = False, stable: bool = True
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    _check("sort", x, axis, descending, stable)
-    return x.shape, x.dtype
-
-
-def _argsort_rule(
-    x: Any, axis: int = -1, descending: bool = False, stable: bool = True
-) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    _check("argsort", x, axis, descending, stable)
-    return x.shape, _INT64
 
 
 def _sort_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x: Any, **static: Any) -> float:
@@ -62,9 +38,7 @@ def _sort_cost(shape: tuple[int, ...], dtype: np.dtype[Any], /, x: Any, **static
 
 def _kind(x: Any, stable: bool) -> Literal["stable"] | None:
     """numpy's sort ``kind``: CuPy's sorts are always stable and take none."""
-    if foreign_array(x):
-        return None
-    return "stable" if stable else None
+    return "stable" if stable and not foreign_array(x) else None
 
 
 def _argsort_kernel(
@@ -89,12 +63,26 @@ def _sort_kernel(
     return np.take_along_axis(x, _argsort_kernel(x, axis, descending=True), axis=axis)
 
 
-_sort = define_op("sort", _sort_rule, cost=_sort_cost, operands=1, doc="Sorted copy along axis.")
-_sort.register_kernel(GENERIC, _sort_kernel)
-_argsort = define_op(
-    "argsort", _argsort_rule, cost=_sort_cost, operands=1, doc="Indices that sort along axis."
-)
-_argsort.register_kernel(GENERIC, _argsort_kernel)
+def _sort_op(name: str, kernel: Callable[..., np.ndarray], doc: str) -> Op:
+    """sort's op (``x``'s shape and dtype), or argsort's (int64 indices)."""
+
+    def rule(x: Any, axis: int = -1, descending: bool = False, stable: bool = True) -> RuleOut:
+        need_tensor(name, x)
+        if x.dtype.kind == "c":
+            raise TypeError(f"{name}: complex numbers have no order ({x.dtype})")
+        for flag, value in (("descending", descending), ("stable", stable)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name}: {flag} must be a bool, got {value!r}")
+        normalize_axis(axis, x.ndim)
+        return x.shape, _INT64 if name == "argsort" else x.dtype
+
+    op = define_op(name, rule, cost=_sort_cost, operands=1, doc=doc)
+    op.register_kernel(GENERIC, kernel)
+    return op
+
+
+_sort = _sort_op("sort", _sort_kernel, "Sorted copy along axis.")
+_argsort = _sort_op("argsort", _argsort_kernel, "Indices that sort along axis.")
 
 
 def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:

@@ -43,7 +43,8 @@ def _comparison(op: Op) -> Any:
     return method
 
 
-_BINARY = {
+#: The binary operators (each with its reflected and in-place forms) and their ops.
+_OPERATORS = {
     "add": "add",
     "sub": "subtract",
     "mul": "multiply",
@@ -51,17 +52,32 @@ _BINARY = {
     "floordiv": "floor_divide",
     "mod": "remainder",
     "pow": "power",
-}
-_BITWISE = {
     "and": "bitwise_and",
     "or": "bitwise_or",
     "xor": "bitwise_xor",
     "lshift": "bitwise_left_shift",
     "rshift": "bitwise_right_shift",
 }
-for _dunder, _name in {**_BINARY, **_BITWISE}.items():
+
+
+def _inplace(op: Op) -> Any:
+    """``t op= x`` for an elementwise op: into ``t``'s own buffer where nothing else sees it."""
+    name = f"__i{op.name}__"
+
+    def method(self: Tensor, other: Any, /) -> Tensor:
+        return writes.in_place_ufunc(self, op, other, name)
+
+    return method
+
+
+def _imatmul(self: Tensor, other: Any, /) -> Tensor:
+    return writes.in_place(self, lambda: matmul.call2(self, other), "__imatmul__")
+
+
+for _dunder, _name in _OPERATORS.items():
     setattr(Tensor, f"__{_dunder}__", UFUNC_OPS[_name].call2)
     setattr(Tensor, f"__r{_dunder}__", _reflected(UFUNC_OPS[_name]))
+    setattr(Tensor, f"__i{_dunder}__", _inplace(UFUNC_OPS[_name]))
 for _dunder, _name in {
     "eq": "equal",
     "ne": "not_equal",
@@ -71,29 +87,6 @@ for _dunder, _name in {
     "ge": "greater_equal",
 }.items():
     setattr(Tensor, f"__{_dunder}__", _comparison(UFUNC_OPS[_name]))
-
-
-def _inplace(op: Op) -> Any:
-    call2 = op.call2
-    name = f"__i{op.name}__"
-
-    if op is matmul:
-
-        def method(self: Tensor, other: Any, /) -> Tensor:
-            return writes.in_place(self, lambda: call2(self, other), name)
-
-    else:  # elementwise: into the tensor's own buffer where nothing else sees it
-
-        def method(self: Tensor, other: Any, /) -> Tensor:
-            return writes.in_place_ufunc(self, op, other, name)
-
-    return method
-
-
-_INPLACE = {**_BINARY, **_BITWISE, "matmul": "matmul"}
-for _dunder, _name in _INPLACE.items():
-    _op = matmul if _name == "matmul" else UFUNC_OPS[_name]
-    setattr(Tensor, f"__i{_dunder}__", _inplace(_op))
 
 
 def _reshape(self: Tensor, *shape: Any) -> Tensor:
@@ -143,21 +136,18 @@ def _to(self: Tensor, device: str | Device) -> Tensor:
     target.check_open()
     if source.completes_at_enqueue and self._state != TRACED:
         return download(self, target)  # a stream device: its copy stream, not a worker
-    return launch(
-        "to",
-        lambda value: target.from_numpy(source.to_numpy(value)),
-        (self,),
-        self.shape,
-        self.dtype,
-        target,
-        elementwise_cost(self.shape, self.dtype),
-        source.executor,
-    )
+
+    def move(value: Any) -> Any:  # on the source's workers, through the host
+        return target.from_numpy(source.to_numpy(value))
+
+    cost = elementwise_cost(self.shape, self.dtype)
+    return launch("to", move, (self,), self.shape, self.dtype, target, cost, source.executor)
 
 
 _METHODS: dict[str, Any] = {
     "__matmul__": matmul.call2,
     "__rmatmul__": _reflected(matmul),
+    "__imatmul__": _imatmul,
     "__neg__": UFUNC_OPS["negative"].call1,
     "__pos__": UFUNC_OPS["positive"].call1,
     "__abs__": UFUNC_OPS["abs"].call1,
@@ -173,8 +163,6 @@ _METHODS: dict[str, Any] = {
     "astype": _astype,
     "to": _to,
 }
-for _attr, _method in _METHODS.items():
-    setattr(Tensor, _attr, _method)
 
 
 def _reduction_method(op: Op) -> Any:
@@ -195,16 +183,21 @@ for _name in ("sum", "mean", "prod", "var", "std", "max", "min", "argmax", "argm
 
 
 # -- the ndarray methods numpy users reach for -------------------------------------------
-def _cumsum(self: Tensor, axis: int | None = None, dtype: Any = None) -> Tensor:
-    """numpy's ``a.cumsum``: over the flattened tensor where ``axis`` is None."""
-    x = reshape(self, (-1,)) if axis is None else self
-    return reduction.cumulative_sum(x, axis=0 if axis is None else axis, dtype=dtype)
+def _cumulative(name: str, function: Any) -> Any:
+    """numpy's ``a.cumsum`` or ``a.cumprod`` (``name``), by ``function``."""
+
+    def method(self: Tensor, axis: int | None = None, dtype: Any = None) -> Tensor:
+        x = reshape(self, (-1,)) if axis is None else self
+        return function(x, axis=0 if axis is None else axis, dtype=dtype)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"numpy's ``a.{name}``: over the flattened tensor if ``axis`` is None."
+    return method
 
 
-def _cumprod(self: Tensor, axis: int | None = None, dtype: Any = None) -> Tensor:
-    """numpy's ``a.cumprod``: over the flattened tensor where ``axis`` is None."""
-    x = reshape(self, (-1,)) if axis is None else self
-    return reduction.cumulative_prod(x, axis=0 if axis is None else axis, dtype=dtype)
+def _fill(self: Tensor, value: Any) -> None:
+    """numpy's ``a.fill(value)``: every element becomes ``value``, in place."""
+    writes.setitem(self, ..., value)
 
 
 def _diagonal(self: Tensor, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
@@ -232,15 +225,6 @@ def _argsort(self: Tensor, axis: int | None = -1, kind: str | None = None) -> Te
     return sorting.argsort(x, axis=axis)
 
 
-def _fill(self: Tensor, value: Any) -> None:
-    """numpy's ``a.fill(value)``: every element becomes ``value``, in place."""
-    writes.setitem(self, ..., value)
-
-
-def _clip(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
-    return elementwise.clip(self, min, max)
-
-
 def _dot(self: Tensor, other: Any) -> Tensor:
     """numpy's ``a.dot(b)``: products for 1-d and 2-d, else a sum over a's last
     axis and b's second-to-last."""
@@ -257,9 +241,9 @@ _NDARRAY_METHODS: dict[str, Any] = {
     "ravel": lambda self: reshape(self, (-1,)),
     "flatten": lambda self: reshape(self, (-1,)),
     "squeeze": lambda self, axis=None: squeeze(self, axis=axis),
-    "clip": _clip,
+    "clip": elementwise.clip,
     "round": lambda self, decimals=0: elementwise.round(self, decimals=decimals),
-    "cumsum": _cumsum,
+    "cumsum": _cumulative("cumsum", reduction.cumulative_sum),
     "any": lambda self, axis=None, keepdims=False: reduction.any(
         self, axis=axis, keepdims=keepdims
     ),
@@ -271,7 +255,7 @@ _NDARRAY_METHODS: dict[str, Any] = {
     "imag": property(lambda self: elementwise.imag(self)),
     "conj": lambda self: elementwise.conj(self),
     "conjugate": lambda self: elementwise.conj(self),
-    "cumprod": _cumprod,
+    "cumprod": _cumulative("cumprod", reduction.cumulative_prod),
     "diagonal": _diagonal,
     "trace": _trace,
     "swapaxes": _swapaxes,
@@ -286,5 +270,5 @@ _NDARRAY_METHODS: dict[str, Any] = {
     # The strides of the array numpy() gives (waiting for the data).
     "strides": property(lambda self: self.numpy().strides),
 }
-for _attr, _method in _NDARRAY_METHODS.items():
+for _attr, _method in {**_METHODS, **_NDARRAY_METHODS}.items():
     setattr(Tensor, _attr, _method)

@@ -33,10 +33,7 @@ def wrap(
     """A ready tensor of ``obj`` (not a tensor), with ``asarray``'s options and errors."""
     dev = get_device(device)
     try:
-        if copy:
-            array = np.array(obj, dtype=dtype, copy=True)
-        else:
-            array = np.asarray(obj, dtype=dtype, copy=copy)
+        array = np.asarray(obj, dtype=dtype, copy=copy)
     except (TypeError, ValueError) as exc:
         if copy is False and isinstance(exc, ValueError):  # numpy: a copy was needed
             raise ArgumentError(f"asarray: {exc}") from None

@@ -84,16 +84,15 @@ _EVERYTHING = (Ellipsis,)
 
 def setitem(t: Tensor, key: Any, value: Any, /) -> None:
     """``t[key] = value``: basic, integer-array and boolean-mask indexes."""
-    index = key
-    if index is Ellipsis or (type(index) is tuple and not index):
+    if key is Ellipsis or (type(key) is tuple and not key):
         template: tuple[Any, ...] = _EVERYTHING
         operands: list[Tensor] = []
     else:
         try:
-            template, operands = split_index(index, t.device)  # the index on t's device
+            template, operands = split_index(key, t.device)  # the index on t's device
         except DTypeError as exc:
-            raise call_error(DTypeError, "setitem", (t,), {"index": index}, str(exc)) from None
-    value = _check_value(t, template, operands, value, index)
+            raise call_error(DTypeError, "setitem", (t,), {"index": key}, str(exc)) from None
+    value = _check_value(t, template, operands, value, key)
     write(t, "setitem", _setitem, value, operands, template=template)
 
 
@@ -130,41 +129,34 @@ def _check_value(
 ) -> Any:
     """The value as a Python scalar or a tensor, checked against the target."""
     args = (t, value)
-    static = {"index": index}
+
+    def refused(error: type[UsageError], why: str) -> UsageError:
+        return call_error(error, "setitem", args, {"index": index}, why)
+
     if isinstance(value, _SCALARS):
         kind = "b" if type(value) is bool else type(value).__name__[0]  # i, f or c
         if _KIND_ORDER.index(kind) > _KIND_ORDER.index(t.dtype.kind.replace("u", "i")):
-            raise call_error(
-                DTypeError,
-                "setitem",
-                args,
-                static,
-                f"can't write a Python {type(value).__name__} into a {t.dtype} tensor",
+            raise refused(
+                DTypeError, f"can't write a Python {type(value).__name__} into a {t.dtype} tensor"
             )
         if isinstance(value, int) and kind == "i" and t.dtype.kind in "iu":
             info = np.iinfo(t.dtype)
             if not info.min <= value <= info.max:
-                raise call_error(
-                    ValueRangeError, "setitem", args, static, f"{value} does not fit {t.dtype}"
-                )
+                raise refused(ValueRangeError, f"{value} does not fit {t.dtype}")
     else:
         if type(value) is not Tensor:
             try:
                 value = wrap(value, device=t.device)
             except UsageError as exc:
-                raise call_error(DTypeError, "setitem", args, static, str(exc)) from None
+                raise refused(DTypeError, str(exc)) from None
         if value.device is not t.device:
-            raise call_error(
-                DeviceError,
-                "setitem",
-                args,
-                static,
-                f"the value is on {value.device.name}, the tensor on {t.device.name}",
+            raise refused(
+                DeviceError, f"the value is on {value.device.name}, the tensor on {t.device.name}"
             )
         _check_cast(t, value.dtype, "setitem", args)
     for o in operands:
         if o.device is not t.device:
-            raise call_error(DeviceError, "setitem", args, static, "index on another device")
+            raise refused(DeviceError, "index on another device")
     # The target's shape, when the index alone decides it (a boolean mask's
     # data decides it otherwise, and the kernel checks the value then).
     masks = [o for o in operands if o.dtype.kind == "b"]
@@ -176,7 +168,7 @@ def _check_value(
         if not masks and type(value) is Tensor and broadcast_shapes(value.shape, target) != target:
             raise ShapeError(f"a value of shape {value.shape} can't fill shape {target}")
     except (ShapeError, OutOfBoundsError) as exc:
-        raise call_error(type(exc), "setitem", args, static, str(exc)) from None
+        raise refused(type(exc), str(exc)) from None
     return value
 
 
@@ -217,14 +209,7 @@ _assign = define_op(
 _assign.register_kernel(GENERIC, _assign_generic)
 
 
-def write(
-    t: Tensor,
-    name: str,
-    op: Op,
-    value: Any,
-    operands: list[Tensor],
-    **static: Any,
-) -> None:
+def write(t: Tensor, name: str, op: Op, value: Any, operands: list[Tensor], **static: Any) -> None:
     """Give ``t`` the version ``op``'s kernel for ``t``'s device makes of
     ``(old, value, *operands, **static)``, ordered after every earlier reader
     of ``t`` and before every later one; through a view, its base too
@@ -248,9 +233,7 @@ def write(
 
 
 class _Write(NamedTuple):
-    """One write, as the steps below pass it on: ``t``'s next version is
-    ``kernel(old, value, *operands, **static)``; ``name`` names the write in
-    errors and profiles."""
+    """One write (see :func:`write`), as the steps below pass it on."""
 
     t: Tensor
     name: str
@@ -263,12 +246,10 @@ class _Write(NamedTuple):
 def _through_view(w: _Write) -> None:
     """A write to ``t``, a basic-index view of ``base``, reaches ``base`` (as
     numpy's and array_api_strict's do: scikit-learn adds to a covariance's
-    diagonal through a view). If ``base`` was written since ``t`` last matched
-    it, ``t`` first takes ``base[index]`` as it is now (numpy's view would show
-    those writes); then the write applies to ``t``, and ``base[index] = t``
-    (a write of ``base``, itself propagated if ``base`` is a view). Each is an
-    ordinary ordered write: pending values on either side wait as usual.
-    Writes to ``base`` don't reach its views (value semantics)."""
+    diagonal through a view): ``t`` is refreshed (:func:`_refresh_view`), then
+    written, then ``base[index] = t`` (itself propagated if ``base`` is a view).
+    Each is an ordinary ordered write: pending values on either side wait as
+    usual. Writes to ``base`` don't reach its views (value semantics)."""
     t = w.t
     _refresh_view(t)
     base, index, _ = t._view_of

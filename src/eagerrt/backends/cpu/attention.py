@@ -27,8 +27,6 @@ _SCORE_BLOCK = 1 << 18
 #: saves; 24 heads take 851 us on one, 671 us split).
 _ATTENTION_SPLIT_FLOPS = 4e7
 
-_sdpa = get_op("scaled_dot_product_attention")
-
 
 class _Heads(NamedTuple):
     """A strided (B, H, L, E) view whose (batch, head) pairs can't be flattened
@@ -155,8 +153,7 @@ class _PoolAttention(shared_pool.PoolKernel):
     ) -> None:
         super().__init__(dtype)
         self.kernel = numba_nn.attention_heads
-        self.g, self.dtype, self.is_causal = g, dtype, is_causal
-        self.scale = dtype.type(scale)
+        self.g, self.dtype, self.is_causal, self.scale = g, dtype, is_causal, dtype.type(scale)
         # Everything as (B, H, rows, cols) views: broadcast batch axes get stride 0.
         self.lead = (1,) * (2 - len(g.batch))
         batch4 = (*self.lead, *g.batch)
@@ -200,9 +197,7 @@ class _PoolAttention(shared_pool.PoolKernel):
         out4 = out.reshape(*lead, *out.shape) if lead else out
         if not all(map(blas.reads_rows_in_place, (q4, k4, v4, out4))) or not out4.flags.writeable:
             return None
-        if any(np.may_share_memory(out4, x) for x in (q4, k4, v4)):
-            return None
-        if self.claim() is None:
+        if any(np.may_share_memory(out4, x) for x in (q4, k4, v4)) or self.claim() is None:
             return None
         self.kernel(self.address, q4, k4, v4, out4, self.scale, self.g.kv_repeat, masked,
                     self.is_causal)  # fmt: skip
@@ -284,8 +279,7 @@ def _attention(
     if done is not None:
         return done
     qb = _as_batch(q, g.batch, 1)
-    kb = _as_batch(k, g.batch, g.kv_repeat)
-    vb = _as_batch(v, g.batch, g.kv_repeat)
+    kb, vb = (_as_batch(a, g.batch, g.kv_repeat) for a in (k, v))
     n = math.prod(g.batch)
     shape = (n, g.length, g.value_embed)
     direct = into is not None and into.flags.c_contiguous and into.dtype == q.dtype
@@ -301,8 +295,7 @@ def _attention(
         else:
             masks = _key_mask(mask, g.batch)
     if mask is not None and masks is None:
-        masks = np.broadcast_to(mask, (*g.batch, g.length, g.source))
-        masks = masks.reshape(n, g.length, g.source)
+        masks = np.broadcast_to(mask, (*g.batch, g.length, g.source)).reshape(n, g.length, g.source)
     # Pairs a block: _SCORE_BLOCK scores, but two blocks at least.
     step = max(1, min(_SCORE_BLOCK // max(1, g.length * g.source), -(-n // 2)))
     blocks = -(-n // step)
@@ -321,4 +314,4 @@ def _attention(
     return into
 
 
-_sdpa.register_kernel("cpu", _sdpa_kernel)
+get_op("scaled_dot_product_attention").register_kernel("cpu", _sdpa_kernel)

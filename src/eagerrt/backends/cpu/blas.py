@@ -71,8 +71,7 @@ class _MKL:
         ):
             fn = getattr(lib, f"cblas_{name}gemm")
             fn.restype = None
-            fn.argtypes = [c_int] * 6 + [scalar, c_void, c_int, c_void, c_int]
-            fn.argtypes += [scalar, c_void, c_int]
+            fn.argtypes = [c_int] * 6 + [scalar] + [c_void, c_int] * 2 + [scalar, c_void, c_int]
             self.gemm[dtype] = fn
             self.gemm_addresses[dtype] = int(ctypes.cast(fn, c_void).value or 0)
             fn = getattr(lib, f"cblas_{name}gemm_batch_strided")
@@ -83,8 +82,7 @@ class _MKL:
         # Per thread, unlike numpy's OpenBLAS (see threads.one_blas_thread): returns
         # the count in force before, 0 meaning "MKL's global count".
         self.set_local_threads = lib.MKL_Set_Num_Threads_Local
-        self.set_local_threads.restype = c_int
-        self.set_local_threads.argtypes = [c_int]
+        self.set_local_threads.restype, self.set_local_threads.argtypes = c_int, [c_int]
 
 
 _TBB = 4  # MKL_THREADING_TBB

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -179,16 +180,21 @@ def _fits(value: Any, dtype: np.dtype[Any]) -> bool:
 
 
 # -- scalar emission ----------------------------------------------------------------------
+@dataclass(slots=True, eq=False)
 class Operand:
     """A value in generated scalar code: its variable name and kind."""
 
-    __slots__ = ("kind", "value", "var")
+    var: str
+    kind: Kind
+    #: For a weak scalar, its value (to check it fits the loop dtype).
+    value: Any = None
 
-    def __init__(self, var: str, kind: Kind, value: Any = None) -> None:
-        self.var = var
-        self.kind = kind
-        #: For a weak scalar, its value (to check it fits the loop dtype).
-        self.value = value
+
+#: What :meth:`ScalarEmitter.node` and the special forms' emitters take: the
+#: operands, the static arguments and the result's dtype.
+Operands = Sequence[Operand]
+Static = dict[str, Any]
+DType = np.dtype[Any]
 
 
 def _T(dtype: np.dtype[Any]) -> str:
@@ -316,6 +322,14 @@ def _math(fn: str) -> UnaryTemplate:
     return lambda k, T, a: f"{T}(math.{fn}({a}))" if k == "f" else None
 
 
+#: Float functions computed by ``math``'s function of the same name.
+_MATH_FUNCTIONS = (
+    *("sqrt", "exp", "expm1", "log", "log1p", "log2", "log10"),
+    *("sin", "cos", "tan", "asin", "acos", "atan"),
+    *("sinh", "cosh", "tanh", "asinh", "acosh", "atanh"),
+)
+
+
 def _rounding(fn: str) -> UnaryTemplate:
     # Integers round to themselves (numpy 2's integer loops).
     return lambda k, T, a: f"{T}(np.{fn}({a}))" if k == "f" else a
@@ -347,25 +361,7 @@ UNARY_TEMPLATES: dict[str, UnaryTemplate] = {
     "isinf": lambda k, T, a: f"math.isinf({a})" if k == "f" else "False",
     "isfinite": lambda k, T, a: f"math.isfinite({a})" if k == "f" else "True",
     "signbit": lambda k, T, a: f"(math.copysign(1.0, {a}) < 0)" if k == "f" else None,
-    "sqrt": _math("sqrt"),
-    "exp": _math("exp"),
-    "expm1": _math("expm1"),
-    "log": _math("log"),
-    "log1p": _math("log1p"),
-    "log2": _math("log2"),
-    "log10": _math("log10"),
-    "sin": _math("sin"),
-    "cos": _math("cos"),
-    "tan": _math("tan"),
-    "tanh": _math("tanh"),
-    "sinh": _math("sinh"),
-    "cosh": _math("cosh"),
-    "asin": _math("asin"),
-    "acos": _math("acos"),
-    "atan": _math("atan"),
-    "asinh": _math("asinh"),
-    "acosh": _math("acosh"),
-    "atanh": _math("atanh"),
+    **{fn: _math(fn) for fn in _MATH_FUNCTIONS},
 }
 
 # Helpers some templates call, written per float dtype so every constant and
@@ -474,19 +470,14 @@ class ScalarEmitter:
 
     # -- ops ------------------------------------------------------------------------
     def node(
-        self,
-        name: str,
-        operands: Sequence[Operand],
-        static: dict[str, Any],
-        out_dtype: np.dtype[Any],
+        self, name: str, operands: Operands, static: Static, out_dtype: DType
     ) -> Operand | None:
         """The scalar form of op ``name`` on ``operands``, of dtype ``out_dtype``."""
         if not numba_dtype_ok(out_dtype):
             return None
         for o in operands:
-            if isinstance(o.kind, np.dtype) and not numba_dtype_ok(o.kind):
-                return None
-            if not isinstance(o.kind, np.dtype) and o.kind not in _ARG_DTYPE:
+            ok = numba_dtype_ok(o.kind) if isinstance(o.kind, np.dtype) else o.kind in _ARG_DTYPE
+            if not ok:
                 return None
         special = _SPECIAL.get(name)
         if special is not None:
@@ -502,7 +493,7 @@ class ScalarEmitter:
         return self.ufunc(name, entry[0], operands, out_dtype)
 
     def ufunc(
-        self, name: str, ufunc: np.ufunc, operands: Sequence[Operand], out_dtype: np.dtype[Any]
+        self, name: str, ufunc: np.ufunc, operands: Operands, out_dtype: DType
     ) -> Operand | None:
         """``ufunc`` (spelled ``name`` in the template tables) on ``operands``."""
         try:
@@ -515,15 +506,12 @@ class ScalarEmitter:
         if len(set(ins)) != 1:  # every template takes operands of one dtype
             return None
         dtype = ins[0]
-        for o in operands:
-            if o.value is not None and not _fits(o.value, dtype):
-                return None
+        if any(o.value is not None and not _fits(o.value, dtype) for o in operands):
+            return None
         args = [_cast(o.var, o.kind, dtype) for o in operands]
         T, k = _T(dtype), dtype.kind
-        if ufunc.nin == 1:
-            expr = UNARY_TEMPLATES[name](k, T, args[0]) if name in UNARY_TEMPLATES else None
-        else:
-            expr = BINARY_TEMPLATES[name](k, T, *args) if name in BINARY_TEMPLATES else None
+        templates: dict[str, Any] = UNARY_TEMPLATES if ufunc.nin == 1 else BINARY_TEMPLATES
+        expr = templates[name](k, T, *args) if name in templates else None
         if expr is None:
             return None
         # Every template's result already has the loop's result dtype (the
@@ -536,32 +524,24 @@ class ScalarEmitter:
         return _cast(x.var, x.kind, out_dtype)
 
 
-def _relu(
-    e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
-) -> Operand | None:
+def _relu(e: ScalarEmitter, ops: Operands, static: Static, out: DType) -> Operand | None:
     return e.ufunc("maximum", np.maximum, [ops[0], Operand("0", int, 0)], out)
 
 
 def _sigmoid_like(times_x: bool) -> Any:
-    def emit(
-        e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
-    ) -> Operand | None:
+    def emit(e: ScalarEmitter, ops: Operands, static: Static, out: DType) -> Operand | None:
         x = e._float_input(ops[0], out)
         if x is None:
             return None
         T = _T(out)
         # The eager kernels' order: tanh(x * 0.5), + 1, * 0.5 (then * x).
         half = e._assign(f"{T}({T}(math.tanh({T}({x} * {T}(0.5)))) + {T}(1)) * {T}(0.5)", out)
-        if not times_x:
-            return half
-        return e._assign(f"{T}({half.var} * {x})", out)
+        return e._assign(f"{T}({half.var} * {x})", out) if times_x else half
 
     return emit
 
 
-def _gelu(
-    e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
-) -> Operand | None:
+def _gelu(e: ScalarEmitter, ops: Operands, static: Static, out: DType) -> Operand | None:
     approximate = static.get("approximate", "none")
     x = e._float_input(ops[0], out)
     if x is None:
@@ -586,9 +566,7 @@ def _gelu(
     return e._assign(f"{T}(0.5 * {x} * (1.0 + math.erf({x} * 0.7071067811865476)))", out)
 
 
-def _softplus(
-    e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
-) -> Operand | None:
+def _softplus(e: ScalarEmitter, ops: Operands, static: Static, out: DType) -> Operand | None:
     beta, threshold = static.get("beta", 1.0), static.get("threshold", 20.0)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (beta, threshold)):
         return None
@@ -597,16 +575,13 @@ def _softplus(
         return None
     T = _T(out)
     b, th = f"{T}({float(beta)!r})", f"{T}({float(threshold)!r})"
-    scaled = e._assign(f"{T}({x} * {b})", out)
-    s = scaled.var
+    s = e._assign(f"{T}({x} * {b})", out).var
     low = e._assign(f"({s} if ({s} <= {th} or {s} != {s}) else {th})", out)
     soft = e._assign(f"{T}({T}(math.log1p({T}(math.exp({low.var})))) / {b})", out)
     return e._assign(f"({x} if {s} > {th} else {soft.var})", out)
 
 
-def _where(
-    e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
-) -> Operand | None:
+def _where(e: ScalarEmitter, ops: Operands, static: Static, out: DType) -> Operand | None:
     cond, x, y = ops
     if any(o.value is not None and not _fits(o.value, out) for o in (x, y)):
         return None
@@ -614,35 +589,27 @@ def _where(
     return e._assign(f"({_cast(x.var, x.kind, out)} if {c} else {_cast(y.var, y.kind, out)})", out)
 
 
-def _clip(
-    e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
-) -> Operand | None:
+def _clip(e: ScalarEmitter, ops: Operands, static: Static, out: DType) -> Operand | None:
     if any(o.value is not None and not _fits(o.value, out) for o in ops):
         return None
     x, lo, hi = (_cast(o.var, o.kind, out) for o in ops)
     if out.kind == "f":  # numpy's clip: a nan x stays; a nan bound wins otherwise
-        low = e._assign(f"({x} if ({x} != {x} or {x} > {lo}) else {lo})", out)
-        v = low.var
+        v = e._assign(f"({x} if ({x} != {x} or {x} > {lo}) else {lo})", out).var
         return e._assign(f"({v} if ({v} != {v} or {v} < {hi}) else {hi})", out)
     low = e._assign(f"({x} if {x} > {lo} else {lo})", out)
     return e._assign(f"({low.var} if {low.var} < {hi} else {hi})", out)
 
 
-def _astype(
-    e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
-) -> Operand | None:
+def _astype(e: ScalarEmitter, ops: Operands, static: Static, out: DType) -> Operand | None:
     (x,) = ops
-    src = _numba_dtype(x.kind)
     # Float to integer casts of nan, inf or out-of-range values are undefined in
     # C and LLVM alike, and numpy's results depend on the platform: not fused.
-    if src.kind == "f" and out.kind in "iu":
+    if _numba_dtype(x.kind).kind == "f" and out.kind in "iu":
         return None
     return e._assign(_cast(x.var, x.kind, out), out)
 
 
-def _reciprocal(
-    e: ScalarEmitter, ops: Sequence[Operand], static: dict[str, Any], out: np.dtype[Any]
-) -> Operand | None:
+def _reciprocal(e: ScalarEmitter, ops: Operands, static: Static, out: DType) -> Operand | None:
     return e.ufunc("divide", np.divide, [Operand("1.0", float, 1.0), ops[0]], out)
 
 
@@ -689,8 +656,5 @@ def loop_nest(
     ndim = len(out_shape)
     names = [f"{var}{d}" for d in range(ndim)]
     limits = list(bounds) if bounds is not None else [str(n) for n in out_shape]
-    lines: list[str] = []
-    for d in range(ndim):
-        lines.append(f"{indent}{'    ' * d}for {names[d]} in range({limits[d]}):")
-    lines += body(names, indent + "    " * ndim)
-    return lines
+    lines = [f"{indent}{'    ' * d}for {names[d]} in range({limits[d]}):" for d in range(ndim)]
+    return lines + body(names, indent + "    " * ndim)

@@ -18,7 +18,6 @@ from . import blas, numba_nn, shared_pool, threads
 from .numba_nn import col2im_add, im2col, winograd_input, winograd_output, winograd_weights
 
 _conv2d = get_op("conv2d")
-_conv_transpose2d = get_op("conv_transpose2d")
 
 
 def _conv2d_kernel(
@@ -44,8 +43,7 @@ def _conv2d_run(
     if out is None:
         out = np.empty((g.n, g.o, g.ho, g.wo), x.dtype)
     done = _ImagesDone(epilogue)
-    winograd = u is not None or _winograd_fits(g)
-    if winograd and u is None:
+    if u is None and _winograd_fits(g):
         u = _winograd_u(weight, g)
     pooled = _pooled_conv(g, weight, u, x.dtype) if out.dtype == x.dtype else None
     if pooled is not None and pooled(x4, bias, out):
@@ -57,7 +55,7 @@ def _conv2d_run(
     if _plain(g):  # 1x1, stride 1, no padding: the input already is the im2col matrix
         xs = x4.reshape(g.n, g.groups, cg, g.h * g.w)
         outs = out.reshape(g.n, g.groups, og, g.h * g.w)
-        flops = 2.0 * g.o * taps * g.n * g.h * g.w
+        flops = _flops(g, False) * g.n
         if flops < _SPLIT_FLOPS or not threads.two_blas_threads():  # see threads.one_blas_thread
             threads.one_blas_thread(_plain_channels, wmat, xs, outs, 0, og)
         elif g.n == 1:  # one product a group
@@ -67,8 +65,8 @@ def _conv2d_run(
         if bias is not None:
             out += bias.reshape(-1, 1, 1)
         done.all(g.n)
-    elif winograd:
-        _conv2d_winograd(x4, weight, bias, g, out, u, done)
+    elif u is not None:
+        _conv2d_winograd(x4, bias, g, out, u, done)
     else:
         _conv2d_gathered(x4, wmat, bias, g, out, done)
     return out if x.ndim == 4 else out[0]
@@ -153,10 +151,8 @@ class _PooledConv(shared_pool.PoolKernel):
         self, g: ConvGeometry, weight: np.ndarray, u: np.ndarray | None, dtype: np.dtype[Any]
     ) -> None:
         super().__init__(dtype)
-        self.dtype = dtype
+        self.g, self.u, self.dtype = g, u, dtype
         self.zeros = np.zeros(g.o, dtype)  # the bias where there is none
-        self.g = g
-        self.u = u
         self.kernel: Any
         self.work: tuple[Shape, Shape]
         if u is not None:
@@ -187,9 +183,7 @@ class _PooledConv(shared_pool.PoolKernel):
         """Write the convolution of ``x`` (C-contiguous, (N, C, H, W)) plus
         ``bias`` into ``out`` (C-contiguous (N, O, Ho, Wo)); False (nothing
         done) where ``config.num_threads`` was changed since, ``config.blas``
-        now asks for numpy's BLAS, or ``x`` is not C-contiguous. Where other
-        tasks have the other cores (:func:`threads.cores_taken`) the loop runs on this
-        thread alone, MKL held to it too."""
+        now asks for numpy's BLAS, or ``x`` is not C-contiguous."""
         if config.blas == "numpy" or not x.flags.c_contiguous:
             return False
         alone = self.claim()
@@ -225,23 +219,17 @@ class _PooledConv(shared_pool.PoolKernel):
 def _pooled_conv(
     g: ConvGeometry, weight: np.ndarray, u: np.ndarray | None, dtype: np.dtype[Any]
 ) -> _PooledConv | None:
-    """A :class:`_PooledConv` for a convolution of geometry ``g`` (Winograd
-    where ``u``, its Winograd weights, is given), or None where it can't run
-    so: too little work, no such pool
-    (:func:`shared_pool.ready`), a dtype BLAS doesn't take, a weight of
-    another dtype, groups, or one image's im2col matrix too big for a kept
-    work array."""
-    cg = g.c // g.groups
-    if u is not None:
-        flops = 32.0 * g.o * cg * ((g.ho + 1) // 2) * _winograd_span((g.wo + 1) // 2)
-    else:
-        flops = 2.0 * g.o * cg * g.kh * g.kw * g.ho * g.wo
-    if flops * g.n < _POOL_FLOPS or not shared_pool.ready():
+    """A :class:`_PooledConv` for a convolution of geometry ``g`` (Winograd where
+    ``u``, its Winograd weights, is given), or None where it can't run so: too
+    little work, no such pool (:func:`shared_pool.ready`), a dtype BLAS doesn't
+    take, a weight of another dtype, groups, or one image's im2col matrix too big
+    for a kept work array."""
+    if _flops(g, u is not None) * g.n < _POOL_FLOPS or not shared_pool.ready():
         return None
     if blas.gemm_address(dtype) is None or weight.dtype != dtype:
         return None
     if u is None:
-        taps = cg * g.kh * g.kw
+        taps = g.c // g.groups * g.kh * g.kw
         pixels = g.ho * g.wo
         if g.groups != 1 or max(taps, pixels * g.n, g.o) >= 1 << 31:
             return None
@@ -304,12 +292,11 @@ def _balanced_share(total: int, most: int, threads: int) -> int:
 
 def _conv2d_winograd(
     x: np.ndarray,
-    weight: np.ndarray,
     bias: np.ndarray | None,
     g: ConvGeometry,
     out: np.ndarray,
-    u: np.ndarray | None = None,
-    done: _ImagesDone | None = None,
+    u: np.ndarray,
+    done: _ImagesDone,
 ) -> None:
     """3x3 stride 1 as Winograd F(2x2, 3x3): 2.25 times fewer multiplications
     than im2col (measured 2x faster on ResNet's 3x3 layers), the products done
@@ -320,21 +307,13 @@ def _conv2d_winograd(
     else tile rows of one image). A batch's blocks are split over two threads,
     each with BLAS on its own thread; one image's blocks run here, their
     products on BLAS's threads (see :func:`threads.on_blas_threads`).
-    ``u``: the transformed weights when they were made once in advance (graph
-    mode, :func:`_conv2d_constant_weight`).
+    ``u``: the transformed weights (:func:`_winograd_u`).
     """
-    th, tw = (g.ho + 1) // 2, (g.wo + 1) // 2
-    span = _winograd_span(tw)
-    per_image = th * span  # block columns an image takes
-    flops = 32.0 * g.o * (g.c // g.groups) * per_image * g.n  # the products'
-    if u is None:
-        u = _winograd_u(weight, g)
     b = np.zeros(g.o, x.dtype) if bias is None else bias
     blocks = _winograd_blocks_of(g, x.dtype, min(2, g.n))  # a batch: two blocks at least
-    done = done or _ImagesDone(None)
     done.expect(blocks)
     args = (x, u, b, g, out, blocks, done)
-    _run_blocks(_winograd_blocks, len(blocks), flops, g.n, *args)
+    _run_blocks(_winograd_blocks, len(blocks), _flops(g, True) * g.n, g.n, *args)
 
 
 #: A block of work: (first image, end image, first row, end row) of tiles or output rows.
@@ -350,26 +329,27 @@ def _winograd_blocks_of(
     g: ConvGeometry, dtype: np.dtype[Any], least: int, budget: int | None = None
 ) -> list[_Block]:
     """A Winograd convolution's blocks of tile rows: whole images a block where
-    they fit in :func:`_winograd_columns` (``least`` blocks at least, where the
-    batch allows), else tile rows of one image (one image: ``least`` blocks at
-    least, where its rows allow)."""
+    they fit in the tile columns whose transformed input and products take
+    ``budget`` bytes (_WINOGRAD_BYTES by default; ``least`` blocks at least, where
+    the batch allows), else tile rows of one image (one image: ``least`` blocks
+    at least, where its rows allow)."""
     th, tw = (g.ho + 1) // 2, (g.wo + 1) // 2
     span = _winograd_span(tw)
     per_image = th * span
-    most = _winograd_columns(g, dtype, budget)
+    budget = _WINOGRAD_BYTES if budget is None else budget
+    most = max(_WINOGRAD_MIN_COLS, budget // (16 * (g.c + g.o) * dtype.itemsize))
     if per_image <= most and g.n > 1:
         images = _balanced_share(g.n, max(1, min(most // per_image, -(-g.n // least))), least)
         return [(n0, min(g.n, n0 + images), 0, th) for n0 in range(0, g.n, images)]
-    rows = min(max(1, most // span), -(-th // least) if g.n == 1 else th)
-    rows = _even_share(th, rows)
+    rows = _even_share(th, min(max(1, most // span), -(-th // least) if g.n == 1 else th))
     return [(n0, n0 + 1, r0, min(th, r0 + rows)) for n0 in range(g.n) for r0 in range(0, th, rows)]
 
 
-def _winograd_columns(g: ConvGeometry, dtype: np.dtype[Any], budget: int | None = None) -> int:
-    """The most tile columns a Winograd block takes in ``budget`` bytes of
-    transformed input and products (_WINOGRAD_BYTES by default)."""
-    budget = _WINOGRAD_BYTES if budget is None else budget
-    return max(_WINOGRAD_MIN_COLS, budget // (16 * (g.c + g.o) * dtype.itemsize))
+def _flops(g: ConvGeometry, winograd: bool) -> float:
+    """One image's products' flops: Winograd's 16 over its tile columns, or im2col's one."""
+    if winograd:
+        return 32.0 * g.o * (g.c // g.groups) * ((g.ho + 1) // 2) * _winograd_span((g.wo + 1) // 2)
+    return 2.0 * g.o * (g.c // g.groups) * g.kh * g.kw * g.ho * g.wo
 
 
 def _run_blocks(work: Any, count: int, flops: float, images: int, *args: Any) -> None:
@@ -453,12 +433,11 @@ def _winograd_blocks(
     og, cg = g.o // g.groups, g.c // g.groups
     span = _winograd_span(tw)
     width = _widest(blocks) * span
-    # This thread's kept arrays (see threads.work_array): fresh ones of 0.5-1 MB are
-    # fresh pages each call (measured 64x64x32x32 at batch 1: 530 against 550-960 us).
-    v = threads.work_array(
-        "winograd input", (16, g.c, width), x.dtype
-    )  # the input tiles, transformed
-    m = threads.work_array("winograd products", (16, g.o, width), x.dtype)  # times the weights
+    # The input tiles transformed, and times the weights: this thread's kept arrays
+    # (see threads.work_array): fresh ones of 0.5-1 MB are fresh pages each call
+    # (measured 64x64x32x32 at batch 1: 530 against 550-960 us).
+    v = threads.work_array("winograd input", (16, g.c, width), x.dtype)
+    m = threads.work_array("winograd products", (16, g.o, width), x.dtype)
     for unit in units:
         n0, n1, r0, r1 = blocks[unit]
         image = (r1 - r0) * span  # columns an image takes
@@ -480,7 +459,7 @@ def _conv2d_gathered(
     bias: np.ndarray | None,
     g: ConvGeometry,
     out: np.ndarray,
-    done: _ImagesDone | None = None,
+    done: _ImagesDone,
 ) -> None:
     """im2col, gathering each output pixel's taps (zeros in the padding; any
     stride), then BLAS multiplies. The work is cut into blocks (several whole
@@ -493,25 +472,21 @@ def _conv2d_gathered(
     columns and copied the result once more.) A batch's blocks are shared by
     two threads, each running BLAS on its own thread; one image's blocks run
     here, their products on BLAS's threads (see :func:`threads.on_blas_threads`)."""
-    taps = (g.c // g.groups) * g.kh * g.kw
-    pixels = g.ho * g.wo
     blocks = _gathered_blocks_of(g, x.dtype, 1)
-    done = done or _ImagesDone(None)
     done.expect(blocks)
-    args = (x, wmat, bias, g, out, blocks, done)
-    flops = 2.0 * g.o * taps * g.n * pixels
+    flops = _flops(g, False) * g.n
     if len(blocks) == 1 < g.n and flops >= _SPLIT_FLOPS and threads.two_blas_threads():
         # Several small images in one block: its product split by output channels
         # with the helper thread, as a batch's other convolutions split their
         # blocks (one product on BLAS's pool leaves its threads spinning beside
         # those splits: ResNet-18 at batch 32 took 196-201 ms against 155-161 ms).
         cols = _gather(x, g, 0, g.n, 0, g.ho)
-        res = threads.work_array("im2col products", (g.o, g.n * pixels), x.dtype)
+        res = threads.work_array("im2col products", (g.o, g.n * g.ho * g.wo), x.dtype)
         threads.rows_by_two(_gathered_channels, g.o // g.groups, wmat, cols, bias, res, g)
         _scatter(res, out, g, 0, g.n, 0, g.ho)
         done.finished(blocks[0])
     else:
-        _run_blocks(_gathered_blocks, len(blocks), flops, g.n, *args)
+        _run_blocks(_gathered_blocks, len(blocks), flops, g.n, x, wmat, bias, g, out, blocks, done)
 
 
 def _gathered_blocks_of(g: ConvGeometry, dtype: np.dtype[Any], least: int) -> list[_Block]:
@@ -551,10 +526,8 @@ def _scatter(
     res: np.ndarray, out: np.ndarray, g: ConvGeometry, n0: int, n1: int, r0: int, r1: int
 ) -> None:
     """Copy a block's products (O, images * pixels) into ``out``'s rows [r0, r1)."""
-    span = (r1 - r0) * g.wo
-    flat = out.reshape(g.n, g.o, g.ho * g.wo)
-    dest = flat[n0:n1, :, r0 * g.wo : r1 * g.wo]
-    np.copyto(dest, res.reshape(g.o, n1 - n0, span).transpose(1, 0, 2))
+    dest = out.reshape(g.n, g.o, g.ho * g.wo)[n0:n1, :, r0 * g.wo : r1 * g.wo]
+    np.copyto(dest, res.reshape(g.o, n1 - n0, (r1 - r0) * g.wo).transpose(1, 0, 2))
 
 
 def _gathered_blocks(
@@ -654,10 +627,9 @@ def conv2d_out_form(inputs: Sequence[Any], static: dict[str, Any], weight: Any =
             return
         _conv2d_run(x, w, b, g, u, out, epilogue)
 
-    def without_bias(x: Any, w: Any, out: Any, epilogue: Any = None) -> None:
-        with_bias(x, w, None, out, epilogue)
-
-    return with_bias if rest else without_bias
+    if rest:
+        return with_bias
+    return lambda x, w, out, epilogue=None: with_bias(x, w, None, out, epilogue)
 
 
 def _conv_transpose2d_kernel(
@@ -684,4 +656,4 @@ def _conv_transpose2d_kernel(
     return out if x.ndim == 4 else out[0]
 
 
-_conv_transpose2d.register_kernel("cpu", _conv_transpose2d_kernel)
+get_op("conv_transpose2d").register_kernel("cpu", _conv_transpose2d_kernel)

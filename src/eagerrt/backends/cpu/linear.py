@@ -20,9 +20,7 @@ def _matmul_cpu(a: Any, b: Any) -> Any:
     # much per call (0.33 vs 0.72 us for 4x4 float32 here), which small models feel.
     # Kernels hand plain ndarrays to each other (asarray drops subclasses), so
     # the unbound method applies directly.
-    if a.ndim <= 2 and b.ndim <= 2:
-        return np.ndarray.dot
-    return None
+    return np.ndarray.dot if a.ndim <= 2 and b.ndim <= 2 else None
 
 
 #: Rows per unit when a linear layer's rows are shared by two threads: measured
@@ -38,8 +36,6 @@ LINEAR_SPLIT_FLOPS = 2e7
 #: result, run right after they are computed (while they are in cache).
 Epilogue = Callable[[int, int], None]
 
-_linear = get_op("linear")
-
 
 def linear_into(
     x: np.ndarray,
@@ -51,7 +47,7 @@ def linear_into(
 ) -> None:
     """``out[...] = x @ weight.T + bias`` (then ``epilogue`` over the rows) as one
     matrix product over all leading dimensions. Without an epilogue it is one
-    pool kernel where it can be (:mod:`._pooled_linear`; ``pooled``, set up for
+    pool kernel where it can be (:mod:`.pooled_linear`; ``pooled``, set up for
     this shape by graph mode, else looked up here). Otherwise large products
     share their rows, in units of LINEAR_ROWS, between a helper thread and this
     one (BLAS on one thread each, the epilogue on each unit as it is done);
@@ -113,7 +109,7 @@ def _linear_rows(
 def _pooled_linear_for(
     m: int, n: int, k: int, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, out: np.ndarray
 ) -> pooled_linear.PooledLinear | None:
-    """An eager call's :class:`~._pooled_linear.PooledLinear` for its shape
+    """An eager call's :class:`~.pooled_linear.PooledLinear` for its shape
     (kept per shape), or None where it can't run one: operands of mixed dtypes,
     or a bias not C-contiguous."""
     dtype = out.dtype
@@ -159,4 +155,4 @@ def _linear_kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = 
     return out
 
 
-_linear.register_kernel("cpu", _linear_kernel)
+get_op("linear").register_kernel("cpu", _linear_kernel)

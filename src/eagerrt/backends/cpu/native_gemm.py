@@ -4,8 +4,9 @@ A numba kernel that runs many small products in a parallel loop (attention's
 two products per head) calls BLAS from inside the loop, on whichever worker
 runs the iteration. ctypes functions can be called from numba too, but their
 address becomes a constant of the compiled code, which numba then refuses to
-cache on disk; here the address is an argument (:func:`eagerrt.ops.blas.gemm_address`),
-so the kernel compiles once per machine, not once per process.
+cache on disk; here the address is an argument
+(:func:`eagerrt.backends.cpu.blas.gemm_address`), so the kernel compiles once
+per machine, not once per process.
 
 Row-major only; ``a`` as stored, ``b`` as stored or transposed. Pointers are
 byte addresses (``x.ctypes.data`` plus offsets) and dimensions MKL's 32-bit ints.
@@ -46,49 +47,30 @@ def _gemm_typer(
         return None
     if alpha not in (types.float32, types.float64) or beta != alpha:
         return None
-    scalar = alpha
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         i32 = ir.IntType(32)
         byte_ptr = ir.IntType(8).as_pointer()
-        real = context.get_value_type(scalar)
+        real = context.get_value_type(alpha)
         fnty = ir.FunctionType(
             ir.VoidType(), [i32] * 6 + [real, byte_ptr, i32, byte_ptr, i32, real, byte_ptr, i32]
         )
         tys = signature.args
 
-        def as_i32(i: int) -> Any:
+        def arg(i: int) -> Any:  # alpha and beta as they are, a, b and c as pointers, else int32
+            if i in (5, 10):
+                return args[i]
+            if i in (6, 8, 11):
+                address = context.cast(builder, args[i], tys[i], types.intp)
+                return builder.inttoptr(address, byte_ptr)
             return context.cast(builder, args[i], tys[i], types.int32)
-
-        def as_ptr(i: int) -> Any:
-            address = context.cast(builder, args[i], tys[i], types.intp)
-            return builder.inttoptr(address, byte_ptr)
 
         fn = builder.inttoptr(context.cast(builder, args[0], tys[0], types.intp), fnty.as_pointer())
         order, no_trans = ir.Constant(i32, ROW_MAJOR), ir.Constant(i32, NO_TRANS)
-        builder.call(
-            fn,
-            [
-                order,
-                no_trans,
-                as_i32(1),
-                as_i32(2),
-                as_i32(3),
-                as_i32(4),
-                args[5],
-                as_ptr(6),
-                as_i32(7),
-                as_ptr(8),
-                as_i32(9),
-                args[10],
-                as_ptr(11),
-                as_i32(12),
-            ],
-        )
+        builder.call(fn, [order, no_trans, *map(arg, range(1, 13))])
         return context.get_dummy_value()
 
-    signature = types.none(address, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-    return signature, codegen
+    return types.none(address, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), codegen
 
 
 #: ``gemm(address, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)`` in

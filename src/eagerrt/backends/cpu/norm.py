@@ -15,9 +15,6 @@ from ...ops.nn.norm import affine_operands, as_normalized_shape
 from ...ops.registry import get_op
 from . import numba_nn, pooled_linear, shared_pool, threads
 
-_layer_norm = get_op("layer_norm")
-_group_norm = get_op("group_norm")
-
 
 def _normalize(
     x: np.ndarray, cols: int, weight: Any, bias: Any, eps: float, out: np.ndarray | None = None
@@ -121,9 +118,7 @@ class _PooledNorm(shared_pool.PoolKernel):
             return False
         weight = affine[0].reshape(-1) if self.has_weight else self.ones
         bias = affine[-1].reshape(-1) if self.has_bias else self.zeros
-        if not (weight.flags.c_contiguous and bias.flags.c_contiguous):
-            return False
-        if self.claim() is None:
+        if not (weight.flags.c_contiguous and bias.flags.c_contiguous) or self.claim() is None:
             return False
         self.kernel(x.reshape(self.shape), out.reshape(self.shape), weight, bias, eps, self.blocks)
         return True
@@ -142,13 +137,8 @@ def layer_norm_out_form(inputs: Sequence[Any], static: dict[str, Any]) -> Callab
     has_weight, has_bias = bool(static.get("has_weight")), bool(static.get("has_bias"))
     eps = float(static.get("eps", 1e-5))
     pooled = None
-    if (
-        x.size >= _POOL_NORM_VALUES
-        and cols
-        and x.dtype in FLOATS
-        and all(a.dtype == x.dtype for a in inputs[1:])
-        and shared_pool.ready()
-    ):
+    same = all(a.dtype == x.dtype for a in inputs[1:])
+    if x.size >= _POOL_NORM_VALUES and cols and x.dtype in FLOATS and same and shared_pool.ready():
         pooled = _PooledNorm(x.size // cols, cols, x.dtype, has_weight, has_bias)
 
     def out_form(x: np.ndarray, *affine_and_out: np.ndarray) -> None:
@@ -159,7 +149,7 @@ def layer_norm_out_form(inputs: Sequence[Any], static: dict[str, Any]) -> Callab
     return out_form
 
 
-_layer_norm.register_kernel("cpu", _layer_norm_kernel)
+get_op("layer_norm").register_kernel("cpu", _layer_norm_kernel)
 
 
 def _group_norm_kernel(
@@ -183,4 +173,4 @@ def _group_norm_kernel(
     return out
 
 
-_group_norm.register_kernel("cpu", _group_norm_kernel)
+get_op("group_norm").register_kernel("cpu", _group_norm_kernel)

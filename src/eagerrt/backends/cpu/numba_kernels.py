@@ -16,14 +16,12 @@ from ...ops.erf_rational import ERF_CLAMP, ERF_P, ERF_Q, INV_SQRT2
 
 __all__ = ["gelu_erf", "softmax_last_axis", "softmax_rows_into"]
 
-_INV_SQRT2 = 1.0 / math.sqrt(2.0)
-
 
 @numba.njit(nogil=True, cache=True)
 def _gelu_erf_flat(x: Any, out: Any) -> None:  # pragma: no cover - compiled
     for i in range(x.size):
         v = x[i]
-        out[i] = 0.5 * v * (1.0 + math.erf(v * _INV_SQRT2))
+        out[i] = 0.5 * v * (1.0 + math.erf(v * INV_SQRT2))
 
 
 _F = np.float32
@@ -90,10 +88,9 @@ def _softmax_rows(x: Any, out: Any, log: bool) -> None:  # pragma: no cover - co
 
 def softmax_last_axis(x: np.ndarray, log: bool) -> np.ndarray:
     """Softmax (or log-softmax) over the last axis in one fused pass per row."""
-    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
-    out = np.empty_like(rows)
-    _softmax_rows(rows, out, log)
-    return out.reshape(x.shape)
+    out = np.empty(x.shape, x.dtype)
+    softmax_rows_into(x, out, log)
+    return out
 
 
 def softmax_rows_into(x: np.ndarray, out: np.ndarray, log: bool) -> None:

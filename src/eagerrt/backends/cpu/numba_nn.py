@@ -40,15 +40,14 @@ __all__ = [
 ]
 
 
-def _valid_range(offset: int, stride: int, size: int, count: int) -> tuple[int, int]:
+@numba.njit(inline="always", cache=True)
+def _valid(offset: int, stride: int, size: int, count: int) -> tuple[int, int]:
     """The ``o`` in ``[0, count)`` with ``0 <= o*stride + offset < size``, as [lo, hi)."""
     lo = 0 if offset >= 0 else (-offset + stride - 1) // stride
     last = size - 1 - offset
     hi = 0 if last < 0 else min(count, last // stride + 1)
     return min(lo, hi), hi
 
-
-_valid = numba.njit(inline="always", cache=True)(_valid_range)
 
 #: Flat indices as unsigned integers: numba wraps negative (signed) indices, and
 #: that check keeps LLVM from vectorizing a loop.
@@ -744,20 +743,13 @@ def transpose_scaled(a: Any, out: Any, scale: float) -> None:  # pragma: no cove
 # reductions but not float ones. Every loop is then plain vectorizable
 # arithmetic; the fastmath flags let LLVM reorder the sum ("ninf" is left out:
 # masked scores are -inf).
-_F32 = np.float32
-_I32 = np.int32
+_F32, _I32 = np.float32, np.int32
 _LOG2E = _F32(1.4426950408889634)
 _LN2_HI = _F32(0.693359375)  # ln 2 split so n * _LN2_HI is exact
 _LN2_LO = _F32(-2.12194440e-4)
 _EXP_FLOOR = _F32(-87.0)  # exp(-87) is about float32's smallest normal number
-_HALF = _F32(0.5)
-_ONE = _F32(1.0)
-_C2 = _F32(1 / 2)
-_C3 = _F32(1 / 6)
-_C4 = _F32(1 / 24)
-_C5 = _F32(1 / 120)
-_C6 = _F32(1 / 720)
-_C7 = _F32(1 / 5040)
+_HALF, _ONE = _F32(0.5), _F32(1.0)
+_C2, _C3, _C4, _C5, _C6, _C7 = (_F32(1 / math.factorial(n)) for n in range(2, 8))  # 1/n!
 _ABS = _I32(0x7FFFFFFF)
 _SIGN_SHIFT = _I32(31)
 _INF_BITS = _I32(0x7F800000)

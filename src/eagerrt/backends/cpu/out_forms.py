@@ -8,7 +8,6 @@ numpy's own ``out=``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 
@@ -26,9 +25,10 @@ from .threads import BLAS_ONE_THREAD, one_product
 __all__ = ["matmul_by_rows"]
 
 
-def _same_dtype(node: Node) -> bool:
+def _arrays(node: Node) -> bool:
+    """Whether every operand is a value (no weak scalar) of the result's dtype."""
     dtype = node.out.dtype
-    return all(v.dtype == dtype for v in node.value_inputs())
+    return all(type(a) is Value and a.dtype == dtype for a in node.inputs)
 
 
 def matmul_by_rows(node: Node) -> bool:
@@ -39,7 +39,7 @@ def matmul_by_rows(node: Node) -> bool:
     block. Fewer rows stay one numpy call (measured: MiniLM through ert.onnx at
     batch 1, 128 rows, 26-27 ms that way against 28-31 ms through linear_into)."""
     a, b = node.inputs
-    if type(a) is not Value or type(b) is not Value or not _same_dtype(node):
+    if not _arrays(node):
         return False
     if a.ndim < 2 or b.ndim != 2 or a.dtype.kind != "f" or node.out.shape[:-1] != a.shape[:-1]:
         return False
@@ -47,9 +47,10 @@ def matmul_by_rows(node: Node) -> bool:
     return rows >= 2 * LINEAR_ROWS and 2.0 * rows * b.shape[1] * b.shape[0] >= LINEAR_SPLIT_FLOPS
 
 
+@get_op("matmul").out_form("cpu")
 def _matmul_out(node: Node) -> OutForm | None:
     a, b = node.inputs
-    if type(a) is not Value or type(b) is not Value or not _same_dtype(node):
+    if not _arrays(node):
         return None
     if matmul_by_rows(node):
         # linear's weight is (n, k): b's transpose, a view; its product reads b in place.
@@ -67,10 +68,12 @@ def _matmul_out(node: Node) -> OutForm | None:
     return None
 
 
+@get_op("softmax").out_form("cpu")
+@get_op("log_softmax").out_form("cpu")
 def _softmax_out(node: Node) -> OutForm | None:
     x = node.inputs[0]
     axis = node.static.get("axis", -1)
-    if type(x) is not Value or x.ndim == 0 or axis not in (-1, x.ndim - 1) or not _same_dtype(node):
+    if not _arrays(node) or x.ndim == 0 or axis not in (-1, x.ndim - 1):
         return None
     if x.dtype not in (np.dtype("float32"), np.dtype("float64")):
         return None
@@ -78,61 +81,45 @@ def _softmax_out(node: Node) -> OutForm | None:
     return lambda x, out: softmax_rows_into(x, out, log)
 
 
+@get_op("relu").out_form("cpu")
 def _relu_out(node: Node) -> OutForm | None:
-    x = node.inputs[0]
-    if type(x) is not Value or not _same_dtype(node):
+    if not _arrays(node):
         return None
     return lambda x, out: np.maximum(x, 0, out=out)  # the eager kernel, written into out
 
 
+@get_op("linear").out_form("cpu")
 def _linear_out(node: Node) -> OutForm | None:
     """``linear_into``: one product over all leading dimensions, its pool kernel
     (:mod:`eagerrt.backends.cpu.pooled_linear`) set up now for the plan's shapes;
     ``epilogue=`` runs elementwise work on each block of rows (see
     :mod:`.passes.epilogue`, which runs most epilogues in a pool kernel of
     their own)."""
-    if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
-        return None
-    return linear_out_form(node.inputs)
+    return linear_out_form(node.inputs) if _arrays(node) else None
 
 
+@get_op("conv2d").out_form("cpu")
 def _conv2d_out(node: Node) -> OutForm | None:
     """conv2d into the plan's buffer; ``epilogue=`` runs elementwise work on
     runs of images as soon as they are done (see :mod:`.passes.epilogue`)."""
     x, w = node.inputs[:2]
-    if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
+    if not _arrays(node):
         return None
     if x.ndim != 4 or x.dtype.kind != "f":  # an unbatched image has no images to share
         return None
     return conv2d_out_form(node.inputs, node.static, w.const if w.is_const else None)
 
 
+@get_op("layer_norm").out_form("cpu")
 def _layer_norm_out(node: Node) -> OutForm | None:
     """layer_norm into the plan's buffer (its static arguments bound here: out
     forms get the arrays only)."""
-    if any(type(a) is not Value for a in node.inputs) or not _same_dtype(node):
-        return None
-    return layer_norm_out_form(node.inputs, node.static)
+    return layer_norm_out_form(node.inputs, node.static) if _arrays(node) else None
 
 
+@get_op("scaled_dot_product_attention").out_form("cpu")
 def _attention_out(node: Node) -> OutForm | None:
     """scaled_dot_product_attention into the plan's buffer."""
     if any(type(a) is not Value for a in node.inputs):
         return None
     return sdpa_out_form(node.inputs, node.static)
-
-
-#: op name -> the maker of its out form on the CPU (registered below).
-_MAKERS: dict[str, Callable[[Node], OutForm | None]] = {
-    "conv2d": _conv2d_out,
-    "layer_norm": _layer_norm_out,
-    "linear": _linear_out,
-    "scaled_dot_product_attention": _attention_out,
-    "relu": _relu_out,
-    "matmul": _matmul_out,
-    "softmax": _softmax_out,
-    "log_softmax": _softmax_out,
-}
-
-for _name, _maker in _MAKERS.items():
-    get_op(_name).out_form("cpu")(_maker)

@@ -221,8 +221,7 @@ class PooledLinear(shared_pool.PoolKernel):
 
     def __init__(self, kernel: Any, m: int, n: int, k: int, dtype: np.dtype[Any]) -> None:
         super().__init__(dtype)
-        self.kernel = kernel
-        self.shape = (m, k)
+        self.kernel, self.shape = kernel, (m, k)
         self.blocks = np.array(row_blocks(m, self.threads), np.int64)
         self.no_bias = np.empty(0, dtype)  # linear_on_pool's bias where there is none
         # The one-thread form (other cores taken): one block, by rows.

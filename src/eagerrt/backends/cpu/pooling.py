@@ -15,11 +15,6 @@ def _planes(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x).reshape(-1, *x.shape[-2:])
 
 
-_max_pool2d = get_op("max_pool2d")
-_avg_pool2d = get_op("avg_pool2d")
-_adaptive_avg_pool2d = get_op("adaptive_avg_pool2d")
-
-
 def _max_pool2d_kernel(x: np.ndarray, **options: Any) -> np.ndarray:
     g = pool_geometry("max_pool2d", x, **options)
     out = np.empty(g.out_shape, x.dtype)
@@ -27,7 +22,7 @@ def _max_pool2d_kernel(x: np.ndarray, **options: Any) -> np.ndarray:
     return out
 
 
-_max_pool2d.register_kernel("cpu", _max_pool2d_kernel)
+get_op("max_pool2d").register_kernel("cpu", _max_pool2d_kernel)
 
 
 def _avg_pool2d_kernel(x: np.ndarray, **options: Any) -> np.ndarray:
@@ -40,7 +35,7 @@ def _avg_pool2d_kernel(x: np.ndarray, **options: Any) -> np.ndarray:
     return out
 
 
-_avg_pool2d.register_kernel("cpu", _avg_pool2d_kernel)
+get_op("avg_pool2d").register_kernel("cpu", _avg_pool2d_kernel)
 
 
 def _adaptive_avg_pool2d_kernel(x: np.ndarray, output_size: Any) -> np.ndarray:
@@ -49,4 +44,4 @@ def _adaptive_avg_pool2d_kernel(x: np.ndarray, output_size: Any) -> np.ndarray:
     return out
 
 
-_adaptive_avg_pool2d.register_kernel("cpu", _adaptive_avg_pool2d_kernel)
+get_op("adaptive_avg_pool2d").register_kernel("cpu", _adaptive_avg_pool2d_kernel)

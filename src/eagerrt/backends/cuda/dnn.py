@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..._core import config
+from .gemm import loaded_library, tf32_for
 
 __all__ = ["Descriptors", "available", "convolve", "describe"]
 
@@ -96,7 +97,7 @@ def describe(x4: Any, weight: Any, g: Any, bias: Any = None) -> Descriptors | No
         (g.dh, g.dw),
         g.groups,
         np.dtype(dtype),
-        bool(config.cuda_tf32) and dtype == np.float32,
+        tf32_for(dtype),
     )
 
 
@@ -107,13 +108,7 @@ def available(x: Any) -> bool:
 
 
 def convolve(
-    d: Descriptors,
-    x: Any,
-    weight: Any,
-    bias: Any,
-    *,
-    residual: Any = None,
-    relu: bool = False,
+    d: Descriptors, x: Any, weight: Any, bias: Any, *, residual: Any = None, relu: bool = False
 ) -> Any:
     """``conv(x, weight) + bias [+ residual]``, then ReLU if asked: a new
     (N, K, Ho, Wo) array; or None if cuDNN refuses these descriptors (then
@@ -214,21 +209,19 @@ class _Library:
         self._prepared: dict[Descriptors, _Prepared] = {}
         self._lock = threading.Lock()
         self._relu = self._new("cudnnCreateActivationDescriptor")
-        self._check(
-            lib.cudnnSetActivationDescriptor(
-                ctypes.c_void_p(self._relu), _RELU, _PROPAGATE_NAN, ctypes.c_double(0.0)
-            ),
-            "cudnnSetActivationDescriptor",
-        )
+        relu = (ctypes.c_void_p(self._relu), _RELU, _PROPAGATE_NAN, ctypes.c_double(0.0))
+        self._call("cudnnSetActivationDescriptor", *relu)
 
-    def _check(self, status: int, call: str) -> None:
+    def _call(self, name: str, *args: Any) -> None:
+        """Call cuDNN's ``name``; a CudnnError if it fails."""
+        status = getattr(self.lib, name)(*args)
         if status != 0:
             message = self.lib.cudnnGetErrorString(status).decode()
-            raise CudnnError(f"{call} failed: {message} (status {status})")
+            raise CudnnError(f"{name} failed: {message} (status {status})")
 
     def _new(self, create: str) -> int:
         out = ctypes.c_void_p()
-        self._check(getattr(self.lib, create)(ctypes.byref(out)), create)
+        self._call(create, ctypes.byref(out))
         return int(out.value or 0)
 
     def _handle(self, device: int, stream: int) -> ctypes.c_void_p:
@@ -239,68 +232,47 @@ class _Library:
         handle = handles.get(device)
         if handle is None:
             handle = handles[device] = ctypes.c_void_p(self._new("cudnnCreate"))
-        self._check(self.lib.cudnnSetStream(handle, ctypes.c_void_p(stream)), "cudnnSetStream")
+        self._call("cudnnSetStream", handle, ctypes.c_void_p(stream))
         return handle
 
     def _tensor(self, shape: tuple[int, ...], data: int) -> int:
         desc = self._new("cudnnCreateTensorDescriptor")
-        self._check(
-            self.lib.cudnnSetTensor4dDescriptor(ctypes.c_void_p(desc), _NCHW, data, *shape),
-            "cudnnSetTensor4dDescriptor",
-        )
+        self._call("cudnnSetTensor4dDescriptor", ctypes.c_void_p(desc), _NCHW, data, *shape)
         return desc
 
     def _prepare(self, d: Descriptors, handle: ctypes.c_void_p) -> _Prepared:
         prepared = self._prepared.get(d)
         if prepared is not None:
             return prepared
-        lib, p = self.lib, ctypes.c_void_p
+        p = ctypes.c_void_p
         data = _DATA[d.dtype]
-        x = self._tensor(d.x, data)
-        out = self._tensor(d.out, data)
-        bias = self._tensor((1, d.out[1], 1, 1), data)
+        x, out, bias = (self._tensor(shape, data) for shape in (d.x, d.out, (1, d.out[1], 1, 1)))
         filt = self._new("cudnnCreateFilterDescriptor")
-        self._check(
-            lib.cudnnSetFilter4dDescriptor(p(filt), data, _NCHW, *d.filter),
-            "cudnnSetFilter4dDescriptor",
-        )
+        self._call("cudnnSetFilter4dDescriptor", p(filt), data, _NCHW, *d.filter)
         conv = self._new("cudnnCreateConvolutionDescriptor")
-        self._check(
-            lib.cudnnSetConvolution2dDescriptor(
-                p(conv), *d.pad, *d.stride, *d.dilation, _CROSS_CORRELATION, data
-            ),
-            "cudnnSetConvolution2dDescriptor",
-        )
-        self._check(lib.cudnnSetConvolutionGroupCount(p(conv), d.groups), "group count")
+        geometry = (*d.pad, *d.stride, *d.dilation, _CROSS_CORRELATION, data)
+        self._call("cudnnSetConvolution2dDescriptor", p(conv), *geometry)
+        self._call("cudnnSetConvolutionGroupCount", p(conv), d.groups)
         # As PyTorch asks: tensor cores (TF32) only where allowed, else plain FMAs.
         math = _DEFAULT_MATH if d.tf32 else _FMA_MATH
-        self._check(lib.cudnnSetConvolutionMathType(p(conv), math), "math type")
+        self._call("cudnnSetConvolutionMathType", p(conv), math)
         dims = (ctypes.c_int * 4)()
-        self._check(
-            lib.cudnnGetConvolution2dForwardOutputDim(
-                p(conv), p(x), p(filt), *(ctypes.byref(dims, 4 * i) for i in range(4))
-            ),
-            "cudnnGetConvolution2dForwardOutputDim",
-        )
+        each = (ctypes.byref(dims, 4 * i) for i in range(4))
+        self._call("cudnnGetConvolution2dForwardOutputDim", p(conv), p(x), p(filt), *each)
         if tuple(dims) != d.out:
             raise CudnnError(f"cuDNN gives output {tuple(dims)} for {d}, expected {d.out}")
         perfs, count = (_Perf * 8)(), ctypes.c_int()
-        self._check(
-            lib.cudnnGetConvolutionForwardAlgorithm_v7(
-                handle, p(x), p(filt), p(conv), p(out), 8, ctypes.byref(count), perfs
-            ),
-            "cudnnGetConvolutionForwardAlgorithm_v7",
+        descs = (p(x), p(filt), p(conv), p(out))
+        self._call(
+            "cudnnGetConvolutionForwardAlgorithm_v7", handle, *descs, 8, ctypes.byref(count), perfs
         )
         usable = [r for r in perfs[: count.value] if r.status == 0 and r.memory <= _WORKSPACE_LIMIT]
         if not usable:
             raise CudnnError(f"cuDNN offers no forward algorithm for {d}")
         algo = usable[0].algo
         size = ctypes.c_size_t()
-        self._check(
-            lib.cudnnGetConvolutionForwardWorkspaceSize(
-                handle, p(x), p(filt), p(conv), p(out), algo, ctypes.byref(size)
-            ),
-            "cudnnGetConvolutionForwardWorkspaceSize",
+        self._call(
+            "cudnnGetConvolutionForwardWorkspaceSize", handle, *descs, algo, ctypes.byref(size)
         )
         prepared = _Prepared(x, filt, out, bias, conv, algo, int(size.value))
         with self._lock:
@@ -318,7 +290,7 @@ class _Library:
         workspace = cupy.empty(prep.workspace, np.uint8) if prep.workspace else None
         ws_ptr = workspace.data.ptr if workspace is not None else None
         one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
-        p, lib = ctypes.c_void_p, self.lib
+        p = ctypes.c_void_p
         common: tuple[Any, ...] = (handle, ctypes.byref(one), p(prep.x), p(x.data.ptr))
         common += (p(prep.filter), p(weight.data.ptr), p(prep.conv), prep.algo, p(ws_ptr))
         common += (ctypes.c_size_t(prep.workspace),)
@@ -329,16 +301,15 @@ class _Library:
                 bias = cupy.zeros(d.out[1], d.dtype)
             z = residual if residual is not None else out
             alpha2 = one if residual is not None else zero
-            status = lib.cudnnConvolutionBiasActivationForward(
+            self._call(
+                "cudnnConvolutionBiasActivationForward",
                 *common, ctypes.byref(alpha2), p(prep.out), p(z.data.ptr), p(prep.bias),
                 p(bias.data.ptr), p(self._relu), p(prep.out), p(out.data.ptr),
             )  # fmt: skip
-            self._check(status, "cudnnConvolutionBiasActivationForward")
             return out
-        status = lib.cudnnConvolutionForward(
-            *common, ctypes.byref(zero), p(prep.out), p(out.data.ptr)
+        self._call(
+            "cudnnConvolutionForward", *common, ctypes.byref(zero), p(prep.out), p(out.data.ptr)
         )
-        self._check(status, "cudnnConvolutionForward")
         if bias is not None:
             out += bias.reshape(-1, 1, 1)
         if residual is not None:
@@ -349,13 +320,9 @@ class _Library:
 def _find_library() -> str | None:
     """The path of libcudnn.so: the one already loaded (by PyTorch), else the
     nvidia-cudnn wheel's, else the system's."""
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                if "/libcudnn.so" in line:
-                    return line.split()[-1]
-    except OSError:
-        pass
+    loaded = loaded_library("/libcudnn.so")
+    if loaded is not None:
+        return loaded
     for root in sys.path:
         found = sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib", "libcudnn.so*")))
         if found:

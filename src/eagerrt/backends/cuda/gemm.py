@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -93,8 +94,7 @@ def matmul_into(
     # cuBLAS is column-major: the row-major out^T = B^T A^T is the same memory
     # read column-major, B first. A row-major matrix read column-major is its
     # transpose, so B's operand is transposed only where B is given as (n, k).
-    transa = _T if b_transposed else _N
-    call = _Call(transa, _N, n, m, k, b, a, out_ld, m * out_ld, batch, alpha)
+    call = _Call(_T if b_transposed else _N, _N, n, m, k, b, a, out_ld, m * out_ld, batch, alpha)
     if type(out) is np.ndarray:
         _emulate(out, call, accumulate)
     else:
@@ -136,16 +136,14 @@ def _emulate(out: np.ndarray, call: _Call, accumulate: bool) -> None:
             flat[start:], shape=(rows, cols), strides=(size, x.ld * size)
         )
 
-    m, n, k, ldc = call.m, call.n, call.k, call.ldc
-    flat_out = out.reshape(-1)
+    m, n, k = call.m, call.n, call.k
+    result = Operand(out, 0, call.ldc, call.stride_c)
     for i in range(call.batch):
         first = matrix(call.first, i, k, m).T if call.transa == _T else matrix(call.first, i, m, k)
         second = (
             matrix(call.second, i, n, k).T if call.transb == _T else matrix(call.second, i, k, n)
         )
-        c = np.lib.stride_tricks.as_strided(
-            flat_out[i * call.stride_c :], shape=(m, n), strides=(out.itemsize, ldc * out.itemsize)
-        )
+        c = matrix(result, i, m, n)
         product = first @ second
         if call.alpha != 1.0:
             product *= call.alpha
@@ -162,28 +160,10 @@ def _call_cublas(out: Any, call: _Call, accumulate: bool, tf32: bool) -> None:
     alpha, beta = np.asarray(call.alpha, scalar), np.asarray(1 if accumulate else 0, scalar)
     itemsize = out.itemsize
     first, second = call.first, call.second
-    args = (
-        call.transa,
-        call.transb,
-        call.m,
-        call.n,
-        call.k,
-        alpha.ctypes.data,
-        first.array.data.ptr + first.offset * itemsize,
-        data,
-        first.ld,
-        first.stride,
-        second.array.data.ptr + second.offset * itemsize,
-        data,
-        second.ld,
-        second.stride,
-        beta.ctypes.data,
-        out.data.ptr,
-        data,
-        call.ldc,
-        call.stride_c,
-        call.batch,
-    )
+    args: tuple[Any, ...] = (call.transa, call.transb, call.m, call.n, call.k, alpha.ctypes.data)
+    args += (first.array.data.ptr + first.offset * itemsize, data, first.ld, first.stride)
+    args += (second.array.data.ptr + second.offset * itemsize, data, second.ld, second.stride)
+    args += (beta.ctypes.data, out.data.ptr, data, call.ldc, call.stride_c, call.batch)
     library = _cublas()
     if library is None:  # CuPy's binding: the same call, refused while capturing
         from cupy.cuda import device
@@ -207,15 +187,7 @@ def _cublas() -> tuple[Any, Any, Any, Any] | None:
     from cupy.cuda import device
 
     device.get_cublas_handle()  # CuPy loads cuBLAS with its first handle
-    path = None
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                if "libcublas.so" in line:
-                    path = line.split()[-1]
-                    break
-    except OSError:
-        pass
+    path = loaded_library("libcublas.so")
     try:
         library = ctypes.CDLL(path or ctypes.util.find_library("cublas") or "libcublas.so")
         gemm = library.cublasGemmStridedBatchedEx
@@ -232,6 +204,15 @@ def _cublas() -> tuple[Any, Any, Any, Any] | None:
         return int(cupy.cuda.get_current_stream().ptr)
 
     return gemm, set_stream, device.get_cublas_handle, current_stream
+
+
+def loaded_library(fragment: str) -> str | None:
+    """The path of a library this process has loaded whose path holds ``fragment``."""
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
+        for line in maps:
+            if fragment in line:
+                return line.split()[-1]
+    return None
 
 
 def tf32_for(dtype: Any) -> bool:

@@ -5,6 +5,7 @@ live in :mod:`.nn`).
 Imported by the op registry the first time a cuda device looks up a kernel
 (through its backend, :mod:`eagerrt.backends.cuda`), so CuPy is only imported
 where it is used.
+
 The elementwise ops whose generic kernel is a numpy ufunc get CuPy's ufunc of
 that name: numpy's dispatch would reach the same one through
 ``__array_ufunc__``, a few microseconds later, on every launch. Every other op
@@ -32,9 +33,7 @@ __all__: list[str] = []
 
 
 def _fill(*, shape: tuple[int, ...], dtype: Any, fill: Any = None) -> Any:
-    if fill is None:
-        return cp.empty(shape, dtype)
-    return cp.full(shape, fill, dtype)
+    return cp.empty(shape, dtype) if fill is None else cp.full(shape, fill, dtype)
 
 
 def _kernels() -> dict[str, Callable[..., Any]]:

@@ -69,19 +69,16 @@ def matmul(a: Any, b: Any) -> Any:
         return xp.matmul(a, b)
     (m, k), n = a.shape[-2:], b.shape[-1]
     if b.ndim == 2:  # every row of a against one matrix: a single product
-        rows = math.prod(a.shape[:-1])
-        out = xp.empty((1, rows, n), a.dtype)
-        left = xp.ascontiguousarray(a).reshape(1, rows, k)
-        gemm.matmul_into(out, left, xp.ascontiguousarray(b)[None], m=rows, n=n, k=k)
-        return out.reshape(*a.shape[:-1], n)
-    if a.shape[:-2] != b.shape[:-2]:
+        batch, m = 1, math.prod(a.shape[:-1])
+    elif a.shape[:-2] == b.shape[:-2]:
+        batch = math.prod(a.shape[:-2])
+    else:
         return xp.matmul(a, b)
-    batch = math.prod(a.shape[:-2])
     out = xp.empty((batch, m, n), a.dtype)
     left = xp.ascontiguousarray(a).reshape(batch, m, k)
     right = xp.ascontiguousarray(b).reshape(batch, k, n)
     gemm.matmul_into(out, left, right, m=m, n=n, k=k)
-    return out.reshape(*a.shape[:-2], m, n)
+    return out.reshape(*a.shape[:-1], n)
 
 
 def linear(x: Any, weight: Any, bias: Any = None) -> Any:
@@ -131,14 +128,8 @@ def _convolve(
     if described is not None and (residual is None or residual.dtype == x.dtype):
         if residual is not None:
             residual = xp.ascontiguousarray(residual).reshape(g.n, g.o, g.ho, g.wo)
-        out = dnn.convolve(
-            described,
-            xp.ascontiguousarray(x4),
-            xp.ascontiguousarray(weight),
-            bias,
-            residual=residual,
-            relu=relu,
-        )
+        x4, weight = xp.ascontiguousarray(x4), xp.ascontiguousarray(weight)
+        out = dnn.convolve(described, x4, weight, bias, residual=residual, relu=relu)
         if out is not None:  # else cuDNN refused it: the products below
             return out if x.ndim == 4 else out[0]
     cg, og = g.c // g.groups, g.o // g.groups
@@ -173,8 +164,7 @@ def _shared_weight_products(xp: Any, weight: Any, cols: Any) -> Any:
     o = weight.shape[0]
     weight, cols = xp.ascontiguousarray(weight), xp.ascontiguousarray(cols)
     out = xp.empty((n, o, p), cols.dtype)
-    tf32 = gemm.tf32_for(cols.dtype)
-    gemm.matmul_into(out, weight[None], cols, m=o, n=p, k=k, tf32=tf32)
+    gemm.matmul_into(out, weight[None], cols, m=o, n=p, k=k, tf32=gemm.tf32_for(cols.dtype))
     return out
 
 
@@ -183,7 +173,7 @@ def _shifted_products(xp: Any, x4: Any, weight: Any, g: Any) -> Any:
     the padded images shifted by that tap (a window of their rows, no copy),
     accumulated into an output laid on the padded grid, whose valid columns are
     copied out at the end. (N, O, Ho, Wo)."""
-    padded = _padded(xp, x4, g)
+    padded = _padded(xp, x4, g, g.ho, g.wo)
     hp, wp = padded.shape[-2:]
     length = (g.ho - 1) * wp + g.wo  # from the first output pixel to the last, on the grid
     grid = xp.empty((g.n, g.o, g.ho * wp), x4.dtype)
@@ -203,28 +193,27 @@ def _shifted_products(xp: Any, x4: Any, weight: Any, g: Any) -> Any:
                 out_ld=g.ho * wp,
                 tf32=tf32,
             )
-    rows = grid.reshape(g.n, g.o, g.ho, wp)[..., : g.wo]
-    return xp.ascontiguousarray(rows)
+    return xp.ascontiguousarray(grid.reshape(g.n, g.o, g.ho, wp)[..., : g.wo])
 
 
-def _padded(xp: Any, x4: Any, g: Any) -> Any:
-    """The (N, C, H, W) input padded as the convolution reads it (C-contiguous;
-    as is where there is no padding): exactly the rows and columns its windows
-    reach."""
-    need_h = (g.ho - 1) * g.sh + g.dh * (g.kh - 1) + 1
-    need_w = (g.wo - 1) * g.sw + g.dw * (g.kw - 1) + 1
-    bottom, right = max(0, need_h - g.h - g.ph), max(0, need_w - g.w - g.pw)
+def _padded(xp: Any, x: Any, g: Any, rows: int, cols: int, fill: float = 0.0) -> Any:
+    """``x`` (..., H, W) padded with ``fill`` as ``rows`` x ``cols`` windows of
+    ``g`` (a convolution's or a pooling's geometry) read it (C-contiguous; as is
+    where there is no padding): exactly the rows and columns they reach."""
+    h, w = x.shape[-2:]
+    bottom = max(0, (rows - 1) * g.sh + g.dh * (g.kh - 1) + 1 - h - g.ph)
+    right = max(0, (cols - 1) * g.sw + g.dw * (g.kw - 1) + 1 - w - g.pw)
     if not (g.ph or g.pw or bottom or right):
-        return xp.ascontiguousarray(x4)
-    padded = xp.zeros((g.n, g.c, g.h + g.ph + bottom, g.w + g.pw + right), x4.dtype)
-    padded[:, :, g.ph : g.ph + g.h, g.pw : g.pw + g.w] = x4
+        return xp.ascontiguousarray(x)
+    padded = xp.full((*x.shape[:-2], h + g.ph + bottom, w + g.pw + right), fill, x.dtype)
+    padded[..., g.ph : g.ph + h, g.pw : g.pw + w] = x
     return padded
 
 
 def _im2col(xp: Any, x4: Any, g: Any) -> Any:
     """(N, groups, C/groups * kh * kw, Ho * Wo): each output pixel's taps, zeros
     in the padding."""
-    padded = _padded(xp, x4, g)
+    padded = _padded(xp, x4, g, g.ho, g.wo)
     s0, s1, s2, s3 = padded.strides
     windows = xp.lib.stride_tricks.as_strided(
         padded,
@@ -244,8 +233,7 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, mask: Any = None, **opt
     xp = _xp(q)
     g = attention_geometry(q, k, v, mask, **options)
     if g.kv_repeat > 1:  # grouped-query attention: each key/value head serves several
-        k = xp.repeat(k, g.kv_repeat, axis=-3)
-        v = xp.repeat(v, g.kv_repeat, axis=-3)
+        k, v = (xp.repeat(t, g.kv_repeat, axis=-3) for t in (k, v))
     batch = math.prod(g.batch)
     supported = gemm.supported(q, k, v)
 
@@ -358,19 +346,13 @@ def group_norm(x: Any, *affine: Any, **options: Any) -> Any:
 # -- pooling ---------------------------------------------------------------------------------
 def _windows(xp: Any, x: Any, g: Any, fill: float) -> Any:
     """(N*C, Ho, Wo, kh, kw) windows of the planes of ``x`` padded with ``fill``
-    (a strided view of one padded copy)."""
-    planes = x.reshape(-1, *x.shape[-2:])
-    h, w = planes.shape[-2:]
+    (a strided view of the padded planes)."""
     oh, ow = g.out_shape[-2:]
-    need_h = (oh - 1) * g.sh + g.dh * (g.kh - 1) + 1
-    need_w = (ow - 1) * g.sw + g.dw * (g.kw - 1) + 1
-    bottom, right = max(0, need_h - h - g.ph), max(0, need_w - w - g.pw)
-    padded = xp.full((planes.shape[0], h + g.ph + bottom, w + g.pw + right), fill, x.dtype)
-    padded[:, g.ph : g.ph + h, g.pw : g.pw + w] = planes
+    padded = _padded(xp, x.reshape(-1, *x.shape[-2:]), g, oh, ow, fill)
     s0, s1, s2 = padded.strides
     return xp.lib.stride_tricks.as_strided(
         padded,
-        shape=(planes.shape[0], oh, ow, g.kh, g.kw),
+        shape=(padded.shape[0], oh, ow, g.kh, g.kw),
         strides=(s0, s1 * g.sh, s2 * g.sw, s1 * g.dh, s2 * g.dw),
     )
 
@@ -455,13 +437,11 @@ def embedding(indices: Any, weight: Any, padding_idx: int | None = None) -> Any:
     for it here) and fails the result when the host reads it."""
     xp = _xp(indices)
     num = weight.shape[0]
+    message = f"an embedding index is out of range for a table of {num} rows"
     if xp is np:
         if indices.size and (indices.min() < 0 or indices.max() >= num):
-            raise IndexError(f"an embedding index is out of range for a table of {num} rows")
+            raise IndexError(message)
         return np.take(weight, indices, axis=0)
     if indices.size:
-        check_later(
-            ((indices < 0) | (indices >= num)).any(),
-            f"an embedding index is out of range for a table of {num} rows",
-        )
+        check_later(((indices < 0) | (indices >= num)).any(), message)
     return xp.take(weight, xp.clip(indices, 0, num - 1), axis=0)

@@ -47,12 +47,10 @@ Result = Value | Node | None
 
 def run(graph: Graph) -> int:
     """Simplify in place until nothing changes; returns how many rewrites."""
-    total = 0
-    while True:
+    total = count = _sweep(graph)
+    while count:
         count = _sweep(graph)
         total += count
-        if not count:
-            break
     if total:
         # What the rewrites left unread (the slices a joined slice replaced, the
         # inner op of --x) goes now, not after the passes that follow.
@@ -136,10 +134,6 @@ def _producer(a: Operand, *names: str) -> Node | None:
     return node
 
 
-def _op(name: str) -> Any:
-    return get_op(name)
-
-
 # -- arithmetic ------------------------------------------------------------------------
 def _add(node: Node) -> Result:
     out = node.out
@@ -171,10 +165,8 @@ def _multiply(node: Node) -> Result:
 
 def _divide_or_power(node: Node) -> Result:
     out = node.out
-    if out.dtype.kind not in "iuf":
-        return None
     x, c = node.inputs
-    if _same(x, out) and _is_one(c, out.dtype):
+    if out.dtype.kind in "iuf" and _same(x, out) and _is_one(c, out.dtype):
         return x
     return None
 
@@ -195,6 +187,7 @@ def _logical_not(node: Node) -> Result:
 
 
 def _identity_op(node: Node) -> Result:
+    """+x, real of real x, astype to its own dtype, broadcast_to its own shape."""
     x = node.inputs[0]
     return x if _same(x, node.out) else None
 
@@ -206,13 +199,6 @@ def _conj(node: Node) -> Result:
     return _involution(node)
 
 
-def _real(node: Node) -> Result:
-    x = node.inputs[0]
-    if type(x) is Value and x.dtype.kind != "c" and _same(x, node.out):
-        return x
-    return None
-
-
 def _idempotent(node: Node) -> Result:
     """f(f(x)) -> f(x)."""
     inner = _producer(node.inputs[0], node.op.name)
@@ -222,13 +208,8 @@ def _idempotent(node: Node) -> Result:
 
 
 def _self_pair(node: Node) -> Result:
-    """op(x, x) -> x for max, min, and, or."""
-    a, b = node.inputs
-    return a if a is b and _same(a, node.out) else None
-
-
-def _where(node: Node) -> Result:
-    _, a, b = node.inputs
+    """op(x, x) -> x for max, min, and, or; where(c, x, x) -> x."""
+    *_, a, b = node.inputs
     return a if a is b and _same(a, node.out) else None
 
 
@@ -274,7 +255,7 @@ def _permutation(node: Node) -> Result:
     if composed == ident:
         return source if _same(source, node.out) else None
     return make_node(
-        _op("transpose"), [source], {"axes": composed}, site=node.site, output=node.out
+        get_op("transpose"), [source], {"axes": composed}, site=node.site, output=node.out
     )
 
 
@@ -299,13 +280,8 @@ def _reshape(node: Node) -> Result:
     if _same(source, node.out):
         return source
     return make_node(
-        _op("reshape"), [source], {"shape": node.out.shape}, site=node.site, output=node.out
+        get_op("reshape"), [source], {"shape": node.out.shape}, site=node.site, output=node.out
     )
-
-
-def _astype(node: Node) -> Result:
-    x = node.inputs[0]
-    return x if _same(x, node.out) else None
 
 
 def _slices(node: Node) -> list[tuple[int, int, int]] | None:
@@ -333,10 +309,8 @@ def _slices(node: Node) -> list[tuple[int, int, int]] | None:
 def _getitem(node: Node) -> Result:
     bounds = _slices(node)
     x = node.inputs[0]
-    if bounds is None or type(x) is not Value:
-        return None
-    if all(b == (0, d, 1) for b, d in zip(bounds, x.shape, strict=True)):
-        return x if _same(x, node.out) else None
+    if bounds is not None and all(b == (0, d, 1) for b, d in zip(bounds, x.shape, strict=True)):
+        return _identity_op(node)
     return None
 
 
@@ -374,12 +348,9 @@ def _concat(node: Node) -> Result:
     merged = tuple(
         slice(first[ax][0], stop, 1) if i == ax else slice(*s) for i, s in enumerate(first)
     )
-    return make_node(_op("getitem"), [source], {"index": merged}, site=node.site, output=node.out)
-
-
-def _broadcast_to(node: Node) -> Result:
-    x = node.inputs[0]
-    return x if _same(x, node.out) else None
+    return make_node(
+        get_op("getitem"), [source], {"index": merged}, site=node.site, output=node.out
+    )
 
 
 _RULES: dict[str, Callable[[Node], Result]] = {
@@ -393,7 +364,7 @@ _RULES: dict[str, Callable[[Node], Result]] = {
     "logical_not": _logical_not,
     "positive": _identity_op,
     "conj": _conj,
-    "real": _real,
+    "real": _identity_op,
     "abs": _idempotent,
     "floor": _idempotent,
     "ceil": _idempotent,
@@ -406,15 +377,15 @@ _RULES: dict[str, Callable[[Node], Result]] = {
     "logical_or": _self_pair,
     "bitwise_and": _self_pair,
     "bitwise_or": _self_pair,
-    "where": _where,
+    "where": _self_pair,
     "transpose": _permutation,
     "matrix_transpose": _permutation,
     "moveaxis": _permutation,
     "reshape": _reshape,
     "expand_dims": _reshape,
     "squeeze": _reshape,
-    "astype": _astype,
+    "astype": _identity_op,
     "getitem": _getitem,
     "concat": _concat,
-    "broadcast_to": _broadcast_to,
+    "broadcast_to": _identity_op,
 }

@@ -14,18 +14,15 @@ from ..ir import Graph, Node, Value
 __all__ = ["run"]
 
 
-def _key(node: Node, alias: dict[int, Any]) -> tuple[Any, ...] | None:
-    operands: list[tuple[Any, ...]] = []
-    for a in node.inputs:
-        if type(a) is Value:
-            operands.append(("v", alias.get(a.id, a).id))
-        else:
-            operands.append(("s", type(a).__name__, repr(a)))
+def _key(node: Node) -> tuple[Any, ...] | None:
+    operands = tuple(
+        ("v", a.id) if type(a) is Value else ("s", type(a).__name__, repr(a)) for a in node.inputs
+    )
     try:
         static = repr(sorted(node.static.items()))
     except TypeError:  # unorderable values: this node is never merged
         return None
-    return (id(node.op), tuple(operands), static)
+    return (id(node.op), operands, static)
 
 
 def run(graph: Graph) -> int:
@@ -35,7 +32,7 @@ def run(graph: Graph) -> int:
     kept = []
     for node in graph.nodes:
         node.inputs = [alias.get(a.id, a) if type(a) is Value else a for a in node.inputs]
-        key = None if getattr(node.op, "stateful", False) else _key(node, alias)
+        key = None if getattr(node.op, "stateful", False) else _key(node)
         first = seen.get(key) if key is not None else None
         if first is None:
             if key is not None:

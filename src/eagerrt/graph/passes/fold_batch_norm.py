@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ...ops.registry import get_op
-from ..ir import Graph, Node, Operand, Value
+from ..ir import Graph, Node, Value
 from .rewrite import builtin, const_array, make_const, make_node, single_reader
 
 __all__ = ["run"]
@@ -77,9 +77,8 @@ def run(graph: Graph) -> int:
 def _affine(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
     """The batch norm's per-channel (scale, shift) in float64, if all its
     parameters are constants."""
-    _, mean, var, *rest = bn.inputs
-    arrays = [const_array(a) if type(a) is Value else None for a in (mean, var, *rest)]
-    if any(a is None for a in arrays):
+    arrays = _weights(bn, 1)
+    if arrays is None:
         return None
     m, v, *params = (np.asarray(a, np.float64) for a in arrays)
     weight = params[0] if bn.static.get("has_weight") else None
@@ -95,9 +94,9 @@ def _affine(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
     return scale, shift
 
 
-def _weights(layer: Node, start: int) -> list[np.ndarray] | None:
-    """The layer's constant operands from ``start`` on (weight, then bias)."""
-    arrays = [const_array(a) if type(a) is Value else None for a in layer.inputs[start:]]
+def _weights(node: Node, start: int) -> list[np.ndarray] | None:
+    """The node's operands from ``start`` on (a layer's weight, then bias), if constants."""
+    arrays = [const_array(a) if type(a) is Value else None for a in node.inputs[start:]]
     if any(a is None for a in arrays):
         return None
     return arrays  # type: ignore[return-value]
@@ -118,9 +117,12 @@ def _fold_layer(
     scale, shift = affine
     if weight.ndim != ndim or scale.shape != (weight.shape[0],):
         return None
-    new_w = weight * scale.reshape(-1, *[1] * (ndim - 1))
-    new_b = (bias[0] * scale if bias else 0.0) + shift
-    return _rebuilt(layer, bn, [layer.inputs[0], *_consts(layer, weight.dtype, new_w, new_b)])
+    dtype, device = weight.dtype, layer.out.device
+    new_w = make_const((weight * scale.reshape(-1, *[1] * (ndim - 1))).astype(dtype), device)
+    new_b = make_const(((bias[0] * scale if bias else 0.0) + shift).astype(dtype), device)
+    inputs = [layer.inputs[0], new_w, new_b]
+    node = make_node(layer.op, inputs, dict(layer.static), site=layer.site, output=bn.out)
+    return None if node is None else [node]
 
 
 def _matmul_under(graph: Graph, add: Node, counts: dict[int, int]) -> tuple[Node, Value] | None:
@@ -167,17 +169,3 @@ def _fold_matmul(
         return None
     plus = make_node(get_op("add"), [product.out, new_b], {}, site=bn.site, output=out)
     return None if plus is None else [product, plus]
-
-
-def _consts(layer: Node, dtype: np.dtype[Any], weight: np.ndarray, bias: Any) -> list[Value]:
-    device = layer.out.device
-    return [
-        make_const(np.asarray(weight).astype(dtype), device),
-        make_const(np.asarray(bias).astype(dtype), device),
-    ]
-
-
-def _rebuilt(layer: Node, bn: Node, inputs: list[Operand]) -> list[Node] | None:
-    """The layer with new operands, computing the batch norm's output."""
-    node = make_node(layer.op, inputs, dict(layer.static), site=layer.site, output=bn.out)
-    return None if node is None else [node]

@@ -49,18 +49,8 @@ __all__ = ["run"]
 #: Ops whose operands may be swapped bit for bit (their constants hold no nan,
 #: see _hoist). Not maximum/minimum: ``maximum(-0.0, 0.0)`` is its first operand.
 _COMMUTATIVE = frozenset(
-    {
-        "add",
-        "multiply",
-        "equal",
-        "not_equal",
-        "logical_and",
-        "logical_or",
-        "logical_xor",
-        "bitwise_and",
-        "bitwise_or",
-        "bitwise_xor",
-    }
+    {"add", "multiply", "equal", "not_equal"}
+    | {"logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor"}
 )
 
 
@@ -178,7 +168,7 @@ def _hoist(graph: Graph, join: Node, counts: dict[int, int]) -> list[Node] | Non
         return None
     loop: tuple[Any, ...] | None = None
     if ufunc is not None and ufunc.nin == 2:
-        loops = {_loop(ufunc, b, xpos) for b in real}
+        loops = {_loop_of(ufunc, [*b.consts[:xpos], b.x, *b.consts[xpos:]]) for b in real}
         if len(loops) != 1 or None in loops:
             return None
         loop = loops.pop()
@@ -211,8 +201,7 @@ def _hoist(graph: Graph, join: Node, counts: dict[int, int]) -> list[Node] | Non
     joined_x = make_node(join.op, [b.x for b in full], dict(join.static), site=join.site)
     if joined_x is None:
         return None
-    hoisted_in: list[Operand] = [*joined_consts]
-    hoisted_in.insert(xpos, joined_x.out)
+    hoisted_in = [*joined_consts[:xpos], joined_x.out, *joined_consts[xpos:]]
     if loop is not None and ufunc is not None and _loop_of(ufunc, hoisted_in) != loop:
         return None  # the joined operands would take another loop: not exact
     hoisted = make_node(op, hoisted_in, dict(first.static), site=first.site, output=join.out)
@@ -244,12 +233,6 @@ def _loop_of(ufunc: np.ufunc, operands: list[Operand]) -> tuple[Any, ...] | None
         return None
 
 
-def _loop(ufunc: np.ufunc, branch: _Branch, xpos: int) -> tuple[Any, ...] | None:
-    operands: list[Operand] = [*branch.consts]
-    operands.insert(xpos, branch.x)
-    return _loop_of(ufunc, operands)
-
-
 def _join_consts(
     join: Node, branches: list[_Branch], k: int, dtype: np.dtype[Any]
 ) -> Operand | None:
@@ -261,7 +244,6 @@ def _join_consts(
             return consts[0]
     stack = builtin(join, "stack")
     axis = join.static.get("axis", 0)
-    out = join.out
     # Each branch's block of the output: its own shape, the new axis for stack.
     aligned: list[np.ndarray] = []
     blocks: list[tuple[int, ...]] = []
@@ -305,4 +287,4 @@ def _join_consts(
             )
     if joined.nbytes > MAX_FOLD_BYTES:
         return None
-    return make_const(np.ascontiguousarray(joined), out.device)
+    return make_const(np.ascontiguousarray(joined), join.out.device)

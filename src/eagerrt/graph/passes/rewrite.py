@@ -16,22 +16,13 @@ from ...ops.registry import get_op
 from ..ir import Graph, Node, Operand, Value
 from ..tracing import traced_tensor
 
-__all__ = [
-    "builtin",
-    "const_array",
-    "infer",
-    "make_const",
-    "make_node",
-    "single_reader",
-]
+__all__ = ["builtin", "const_array", "infer", "make_const", "make_node", "single_reader"]
 
 
 def builtin(node: Node, name: str) -> bool:
     """Whether ``node`` runs the registered op ``name`` (not a pass's own op of
     the same name)."""
-    if node.op.name != name:
-        return False
-    return node.op is get_op(name)
+    return node.op.name == name and node.op is get_op(name)
 
 
 def infer(op: Any, inputs: list[Operand], static: dict[str, Any]) -> tuple[Any, Any] | None:
@@ -84,9 +75,7 @@ def const_array(a: Operand) -> np.ndarray | None:
     """A constant operand's data (a weak scalar's as numpy would make it), or
     None for a computed value or an input."""
     if type(a) is Value:
-        if a.const is None:
-            return None
-        return np.asarray(a.const)
+        return None if a.const is None else np.asarray(a.const)
     if isinstance(a, (bool, int, float, complex)):
         return np.asarray(a)
     return None

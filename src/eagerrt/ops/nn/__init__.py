@@ -61,14 +61,8 @@ __all__ = [
     "softplus",
 ]
 
-_NAMES = (
-    "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
-    "batch_norm", "layer_norm", "group_norm", "linear", "embedding", "softmax", "log_softmax",
-    "silu", "softplus", "scaled_dot_product_attention", "pad", "interpolate", "one_hot",
-    "cross_entropy",
-)  # fmt: skip
 #: The ops behind the functions above, by name (``get_op`` finds them too).
-NN_OPS: dict[str, Op] = {name: get_op(name) for name in _NAMES}
+NN_OPS: dict[str, Op] = {name: get_op(name) for name in __all__}
 
 # Doctests of the ops defined directly (their docs live on Op objects, which
 # doctest's finder does not visit by itself).

@@ -13,9 +13,7 @@ from ...tensor import Tensor
 from .._rules import as_float, normalize_axis, ufunc_dtype
 from ..elementwise import _sigmoid, scaled_cost
 from ..registry import GENERIC, define_op
-from .common import (
-    RuleOut,
-)
+from .common import RuleOut
 
 
 def _softmax_rule(x: Any, axis: int = -1) -> RuleOut:

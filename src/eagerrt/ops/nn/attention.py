@@ -11,13 +11,7 @@ from ..._core import ArgumentError
 from ...tensor import Tensor
 from ..registry import GENERIC, call_error, define_op
 from .activation import softmax_numpy
-from .common import (
-    RuleOut,
-    Shape,
-    float_dtype,
-    flop_cost,
-    present,
-)
+from .common import RuleOut, Shape, float_dtype, flop_cost, present
 
 
 class AttentionGeometry(NamedTuple):

@@ -33,11 +33,9 @@ def float_dtype(what: str, first: Any, *others: Any) -> np.dtype[Any]:
 
 
 def ints(value: Any, n: int, name: str, minimum: int) -> tuple[int, ...]:
-    """An int or a sequence of ``n`` ints (PyTorch's ``_pair``), each >= minimum."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int or a sequence of {n} ints, got {value!r}")
+    """An int or a sequence of ``n`` ints (PyTorch's ``_pair``; no bool), each >= minimum."""
     try:
-        if isinstance(value, (int, np.integer)):
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
             out = (int(value),) * n
         else:
             out = tuple(operator.index(v) for v in value)
@@ -67,20 +65,25 @@ def batched(x: np.ndarray) -> np.ndarray:
     return x[None] if x.ndim == 3 else x
 
 
+def positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ArgumentError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
 def flop_cost(flops: float, elements: float) -> float:
     return config.op_overhead_ns + flops * config.ns_per_flop + elements * config.ns_per_element
 
 
 def present(*tensors: Any) -> tuple[Any, ...]:
-    """The given optional operands (None ones dropped) and which were given."""
+    """The optional operands that were given (None ones dropped)."""
     return tuple(t for t in tensors if t is not None)
 
 
 def padded_for_windows(x: Any, g: Any, rows: int, cols: int, fill: float = 0.0) -> Any:
-    """``x`` (..., H, W) padded by ``g``'s padding (a convolution's or a pooling's
-    geometry) at the top and left, and at
-        the bottom and right as far as ``rows`` x ``cols`` windows reach (ceil_mode's
-        last windows may reach past the padding), with ``fill``."""
+    """``x`` (..., H, W) padded with ``fill`` by ``g``'s padding (a convolution's or
+    a pooling's geometry) at the top and left, and at the bottom and right as far
+    as ``rows`` x ``cols`` windows reach (ceil_mode's last ones may pass the padding)."""
     h, w = x.shape[-2:]
     bottom = max(0, (rows - 1) * g.sh + g.dh * (g.kh - 1) + 1 - h - g.ph)
     right = max(0, (cols - 1) * g.sw + g.dw * (g.kw - 1) + 1 - w - g.pw)

@@ -19,6 +19,7 @@ from .common import (
     flop_cost,
     ints,
     padded_for_windows,
+    positive_int,
     present,
     spatial_input,
     window_taps,
@@ -65,6 +66,15 @@ def conv_padding(
     return ph, ph, pw, pw
 
 
+def _checked_operands(what: str, layout: str, x: Any, weight: Any, bias: Any, groups: Any) -> int:
+    """The checks both convolutions start with; ``groups`` as an int."""
+    spatial_input(what, x)
+    if weight.ndim != 4:
+        raise ValueError(f"{what} needs a 4-d ({layout}, kH, kW) weight, got {weight.shape}")
+    float_dtype(what, x, weight, bias)
+    return positive_int("groups", groups)
+
+
 def conv_geometry(
     x: Any,
     weight: Any,
@@ -76,13 +86,7 @@ def conv_geometry(
 ) -> ConvGeometry:
     """conv2d's checks and geometry. Its rule and kernels pass their static
     arguments on here (``**options``), so these are their defaults."""
-    spatial_input("conv2d", x)
-    if weight.ndim != 4:
-        raise ValueError(f"conv2d needs a 4-d (O, C/groups, kH, kW) weight, got {weight.shape}")
-    float_dtype("conv2d", x, weight, bias)
-    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
-        raise ArgumentError(f"groups must be a positive int, got {groups!r}")
-    groups = int(groups)
+    groups = _checked_operands("conv2d", "O, C/groups", x, weight, bias, groups)
     *lead, c, h, w = x.shape
     o, cg, kh, kw = weight.shape
     if c != cg * groups:
@@ -124,8 +128,7 @@ def _conv2d_generic(x: Any, weight: Any, bias: Any = None, **options: Any) -> An
     """conv2d as im2col in numpy-API calls (any array module that takes them):
     each tap's strided view of the padded input, one product per group."""
     g = conv_geometry(x, weight, bias, **options)
-    x4 = batched(x)
-    taps = window_taps(padded_for_windows(x4, g, g.ho, g.wo), g, g.ho, g.wo)
+    taps = window_taps(padded_for_windows(batched(x), g, g.ho, g.wo), g, g.ho, g.wo)
     cg = g.c // g.groups
     cols = np.stack(taps, axis=2).reshape(g.n, g.groups, cg * g.kh * g.kw, g.ho * g.wo)
     wmat = weight.reshape(g.groups, g.o // g.groups, cg * g.kh * g.kw)
@@ -184,15 +187,7 @@ def conv_transpose_geometry(
 ) -> ConvGeometry:
     """conv_transpose2d's checks and geometry; the defaults of its rule's and
     kernels' ``**options``, as :func:`conv_geometry`."""
-    spatial_input("conv_transpose2d", x)
-    if weight.ndim != 4:
-        raise ValueError(
-            f"conv_transpose2d needs a 4-d (C_in, C_out/groups, kH, kW) weight, got {weight.shape}"
-        )
-    float_dtype("conv_transpose2d", x, weight, bias)
-    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
-        raise ArgumentError(f"groups must be a positive int, got {groups!r}")
-    groups = int(groups)
+    groups = _checked_operands("conv_transpose2d", "C_in, C_out/groups", x, weight, bias, groups)
     *lead, c, h, w = x.shape
     cin, og, kh, kw = weight.shape
     if c != cin:
@@ -215,9 +210,8 @@ def conv_transpose_geometry(
     if ho < 1 or wo < 1:
         raise ValueError(f"padding {(ph, pw)} leaves an empty output ({ho}x{wo})")
     n = lead[0] if lead else 1
-    return ConvGeometry(
-        n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups, ho, wo, (*lead, o, ho, wo)
-    )
+    out_shape = (*lead, o, ho, wo)
+    return ConvGeometry(n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups, ho, wo, out_shape)
 
 
 def _conv_transpose2d_rule(input: Any, weight: Any, bias: Any = None, **options: Any) -> RuleOut:
@@ -238,10 +232,9 @@ def _conv_transpose2d_generic(x: Any, weight: Any, bias: Any = None, **options: 
     tap's contribution (one product) added into a strided view of the full
     output, then the padding cut off."""
     g = conv_transpose_geometry(x, weight, bias, **options)
-    x4 = batched(x)
     cg, og = g.c // g.groups, g.o // g.groups
     wt = np.swapaxes(weight.reshape(g.groups, cg, og * g.kh * g.kw), 1, 2)
-    xs = x4.reshape(g.n, g.groups, cg, g.h * g.w)
+    xs = batched(x).reshape(g.n, g.groups, cg, g.h * g.w)
     # Every tap's contribution, (N, O, kH*kW, H, W), taps in window_taps' order.
     cols = np.matmul(wt[None], xs).reshape(g.n, g.o, g.kh * g.kw, g.h, g.w)
     full_h = max((g.h - 1) * g.sh + g.dh * (g.kh - 1) + 1, g.ph + g.ho)

@@ -9,12 +9,7 @@ import numpy as np
 
 from ..._core import ArgumentError
 from ..registry import GENERIC, define_op
-from .common import (
-    RuleOut,
-    check_shape,
-    float_dtype,
-    flop_cost,
-)
+from .common import RuleOut, check_shape, float_dtype, flop_cost
 
 
 def _linear_rule(input: Any, weight: Any, bias: Any = None) -> RuleOut:

@@ -12,14 +12,7 @@ from ..._core import ArgumentError
 from ...tensor import Tensor
 from ..registry import GENERIC, define_op
 from .activation import softmax_numpy
-from .common import (
-    INT64,
-    RuleOut,
-    check_shape,
-    float_dtype,
-    flop_cost,
-    present,
-)
+from .common import INT64, RuleOut, check_shape, float_dtype, flop_cost, present
 
 
 def _one_hot_rule(input: Any, num_classes: int = -1) -> RuleOut:
@@ -114,16 +107,9 @@ def cross_entropy_kernel(log_softmax_last: Callable[[Any, bool], Any]) -> Callab
     backend's faster one in its own registration."""
 
     def kernel(
-        x: np.ndarray,
-        target: np.ndarray,
-        *weight: np.ndarray,
-        ignore_index: int = -100,
-        reduction: str = "mean",
-        label_smoothing: float = 0.0,
+        x: np.ndarray, target: np.ndarray, *weight: np.ndarray, **options: Any
     ) -> np.ndarray:
-        return _cross_entropy(
-            x, target, weight, ignore_index, reduction, label_smoothing, log_softmax_last
-        )
+        return _cross_entropy(x, target, weight, log_softmax_last, **options)
 
     kernel.__name__ = "cross_entropy"
     return kernel
@@ -133,10 +119,10 @@ def _cross_entropy(
     x: np.ndarray,
     target: np.ndarray,
     weight: tuple[np.ndarray, ...],
-    ignore_index: int,
-    reduction: str,
-    label_smoothing: float,
     log_softmax_last: Callable[[Any, bool], Any],
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
 ) -> np.ndarray:
     w = weight[0] if weight else None
     class_axis = 1 if x.ndim >= 2 else 0

@@ -12,26 +12,20 @@ import numpy as np
 from ..._core import ArgumentError
 from ...tensor import Tensor
 from ..registry import GENERIC, call_error, define_op
-from .common import (
-    RuleOut,
-    Shape,
-    check_shape,
-    float_dtype,
-    flop_cost,
-    present,
-)
+from .common import RuleOut, Shape, check_shape, float_dtype, flop_cost, present
 
 
 def _norm_cost(shape: Shape, dtype: np.dtype[Any], /, *args: Any, **_: Any) -> float:
     return flop_cost(0.0, 5.0 * math.prod(shape))
 
 
-def _check_eps(eps: Any) -> float:
+def _check_affine(weight: Any, bias: Any, shape: Shape, eps: Any) -> None:
+    check_shape("weight", weight, shape)
+    check_shape("bias", bias, shape)
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating, np.integer)):
         raise TypeError(f"eps must be a number, got {eps!r}")
     if not eps >= 0:
         raise ArgumentError(f"eps must be >= 0, got {eps!r}")
-    return float(eps)
 
 
 def affine_operands(args: tuple[Any, ...], has_weight: bool, has_bias: bool) -> tuple[Any, Any]:
@@ -59,9 +53,7 @@ def _batch_norm_rule(
     c = input.shape[1]
     for name, t in (("running_mean", running_mean), ("running_var", running_var)):
         check_shape(name, t, (c,))
-    check_shape("weight", weight, (c,))
-    check_shape("bias", bias, (c,))
-    _check_eps(eps)
+    _check_affine(weight, bias, (c,), eps)
     return input.shape, input.dtype
 
 
@@ -159,9 +151,7 @@ def _layer_norm_rule(
         raise ValueError(
             f"normalized_shape {norm} must be the last dimensions of the input {input.shape}"
         )
-    check_shape("weight", weight, norm)
-    check_shape("bias", bias, norm)
-    _check_eps(eps)
+    _check_affine(weight, bias, norm, eps)
     return input.shape, input.dtype
 
 
@@ -213,11 +203,7 @@ _layer_norm.register_kernel(GENERIC, _layer_norm_generic)
 
 
 def layer_norm(
-    input: Any,
-    normalized_shape: Any,
-    weight: Any = None,
-    bias: Any = None,
-    eps: float = 1e-5,
+    input: Any, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5
 ) -> Tensor:
     """Normalize over the last ``len(normalized_shape)`` dimensions (biased
     variance), then scale and shift, as ``torch.nn.functional.layer_norm``.
@@ -250,9 +236,7 @@ def _group_norm_rule(
     c = input.shape[1]
     if num_groups < 1 or c % num_groups:
         raise ValueError(f"{c} channels can't be split into num_groups={num_groups} groups")
-    check_shape("weight", weight, (c,))
-    check_shape("bias", bias, (c,))
-    _check_eps(eps)
+    _check_affine(weight, bias, (c,), eps)
     return input.shape, input.dtype
 
 
@@ -295,11 +279,7 @@ _group_norm.register_kernel(GENERIC, _group_norm_generic)
 
 
 def group_norm(
-    input: Any,
-    num_groups: int,
-    weight: Any = None,
-    bias: Any = None,
-    eps: float = 1e-5,
+    input: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5
 ) -> Tensor:
     """Normalize each sample's channels in ``num_groups`` groups, then scale and
     shift per channel, as ``torch.nn.functional.group_norm``.

@@ -18,6 +18,7 @@ from .common import (
     flop_cost,
     ints,
     padded_for_windows,
+    positive_int,
     spatial_input,
     window_taps,
 )
@@ -59,12 +60,8 @@ def pool_geometry(
     """A pooling's checks and geometry. The pooling ops' kernels pass their
     static arguments on here (``**options``), so their defaults live here and
     in the rules (the ops' signatures)."""
-    if divisor_override is not None and (
-        isinstance(divisor_override, bool)
-        or not isinstance(divisor_override, (int, np.integer))
-        or divisor_override < 1
-    ):
-        raise ArgumentError(f"divisor_override must be a positive int, got {divisor_override!r}")
+    if divisor_override is not None:
+        divisor_override = positive_int("divisor_override", divisor_override)
     spatial_input(what, x)
     float_dtype(what, x)
     kh, kw = ints(kernel_size, 2, "kernel_size", 1)
@@ -182,18 +179,16 @@ avg_pool2d = define_op(
 avg_pool2d.register_kernel(GENERIC, _avg_pool2d_generic)
 
 
-def adaptive_size(x: Any, output_size: Any) -> tuple[int, int]:
+def adaptive_size(x: Any, output_size: Any) -> tuple[int, ...]:
     if output_size is None or isinstance(output_size, (int, np.integer)):
         pair: Any = (output_size, output_size)
     else:
         pair = tuple(output_size)
     if len(pair) != 2:
         raise ArgumentError(f"output_size must be an int or a pair, got {output_size!r}")
-    h, w = x.shape[-2:]
     # None keeps that dimension's input size, as in PyTorch.
-    out = (h if pair[0] is None else pair[0], w if pair[1] is None else pair[1])
-    oh, ow = ints(out, 2, "output_size", 1)
-    return oh, ow
+    out = tuple(d if p is None else p for p, d in zip(pair, x.shape[-2:], strict=True))
+    return ints(out, 2, "output_size", 1)
 
 
 def _adaptive_avg_pool2d_rule(input: Any, output_size: Any) -> RuleOut:

@@ -10,12 +10,7 @@ import numpy as np
 
 from ..._core import ArgumentError
 from ..registry import GENERIC, define_op
-from .common import (
-    RuleOut,
-    float_dtype,
-    flop_cost,
-    ints,
-)
+from .common import RuleOut, float_dtype, flop_cost, ints
 
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
@@ -33,9 +28,8 @@ def _pad_widths(x: Any, pad: Any, mode: str) -> list[tuple[int, int]]:
             f"pad needs an even number of values, at most 2 per dimension "
             f"({2 * x.ndim} for this {x.ndim}-d input), got {len(flat)}"
         )
-    widths = [(0, 0)] * x.ndim
-    for i in range(len(flat) // 2):
-        widths[x.ndim - 1 - i] = (flat[2 * i], flat[2 * i + 1])
+    pairs = list(zip(flat[::2], flat[1::2], strict=True))[::-1]  # the last dimension's first
+    widths = [(0, 0)] * (x.ndim - len(pairs)) + pairs
     for axis, (before, after) in enumerate(widths):
         size = x.shape[axis]
         if mode == "constant":
@@ -108,12 +102,13 @@ class _Resize(NamedTuple):
 
 def _resize_geometry(
     x: Any,
-    size: Any,
-    scale_factor: Any,
-    mode: str,
-    align_corners: bool | None,
-    recompute_scale_factor: bool | None,
+    size: Any = None,
+    scale_factor: Any = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
 ) -> _Resize:
+    """interpolate's checks and geometry; the defaults of its kernel's ``**options``."""
     if mode not in _INTERP_MODES:
         raise ArgumentError(f"mode must be one of {_INTERP_MODES}, got {mode!r}")
     if x.ndim != 4:
@@ -177,19 +172,13 @@ def _linear_weights(
         src = np.maximum((pos + 0.5) * s - 0.5, 0.0)
     i0 = np.minimum(np.floor(src).astype(np.intp), n_in - 1)
     i1 = np.minimum(i0 + 1, n_in - 1)
-    lam = np.clip(src - i0, 0.0, 1.0)
-    return i0, i1, lam
+    return i0, i1, np.clip(src - i0, 0.0, 1.0)
 
 
 def _interpolate_kernel(
-    x: np.ndarray,
-    size: Any = None,
-    scale_factor: Any = None,
-    mode: str = "nearest",
-    align_corners: bool | None = None,
-    recompute_scale_factor: bool | None = None,
+    x: np.ndarray, mode: str = "nearest", align_corners: bool | None = None, **options: Any
 ) -> np.ndarray:
-    g = _resize_geometry(x, size, scale_factor, mode, align_corners, recompute_scale_factor)
+    g = _resize_geometry(x, mode=mode, align_corners=align_corners, **options)
     h, w = x.shape[-2:]
     (oh, ow), (sh, sw) = g.size, g.scales
     if mode != "bilinear":

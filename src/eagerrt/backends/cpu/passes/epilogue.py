@@ -49,18 +49,8 @@ from .fusion import (
 
 __all__ = ["run"]
 
-_producers: dict[int, str] | None = None
-
-
-def _producer_ops() -> dict[int, str]:
-    global _producers
-    if _producers is None:
-        _producers = {
-            id(get_op("matmul")): "matmul",
-            id(get_op("linear")): "linear",
-            id(get_op("conv2d")): "conv2d",
-        }
-    return _producers
+#: The ops whose product an epilogue can take over, by id.
+_PRODUCERS = {id(get_op(name)) for name in ("matmul", "linear", "conv2d")}
 
 
 def _product(v: Any, group: list[Node], users: dict[int, list[Node]], outputs: set[int]) -> bool:
@@ -69,7 +59,7 @@ def _product(v: Any, group: list[Node], users: dict[int, list[Node]], outputs: s
     if type(v) is not Value or v.node is None or v.id in outputs:
         return False
     node = v.node
-    if id(node.op) not in _producer_ops() or len(node.outputs) != 1:
+    if id(node.op) not in _PRODUCERS or len(node.outputs) != 1:
         return False
     root = group[-1].out
     if v.shape != root.shape or v.dtype != root.dtype or v.dtype.kind != "f":
@@ -99,7 +89,7 @@ def _blocks_of(out: Value, rest: list[Any], whole: Callable[[Value], bool]) -> l
 
 def _row_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
     """For a product that computes its result in blocks of rows (linear, and a
-    matmul by a matrix big enough to share: see ``kernels.matmul_by_rows``), whether
+    matmul by a matrix big enough to share: see ``out_forms.matmul_by_rows``), whether
     each other operand of the epilogue is read by rows or whole (a bias-like
     operand, broadcast over all but the last dimension); None where the
     epilogue can't run on blocks of rows."""
@@ -113,7 +103,7 @@ def _row_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
 
 def _image_blocks(product: Node, rest: list[Any]) -> list[bool] | None:
     """For a conv2d, which computes its result in blocks of images (see
-    ``nn.ImageEpilogue``), whether each other operand of the epilogue is read
+    ``conv.ImageEpilogue``), whether each other operand of the epilogue is read
     by images or whole (one image or fewer dimensions, as a per-channel scale);
     None where the epilogue can't run on runs of images."""
     out = product.out
@@ -193,22 +183,19 @@ def _wrapper(
     """``form(*product_args, *rest, out)``: the product (``kernel``, or its
     out form where it has one), then ``ew`` over it (see :func:`_by_rows` for
     ``pooled``)."""
-    modes = _row_blocks(product, rest) if out_form is not None else None
-    if modes is not None:
+    if out_form is not None and (modes := _row_blocks(product, rest)) is not None:
         return _by_rows(out_form, n_product, modes, ew, pooled)
-    modes = _image_blocks(product, rest) if out_form is not None else None
-    if modes is not None:
+    if out_form is not None and (modes := _image_blocks(product, rest)) is not None:
         return _by_images(out_form, n_product, modes, ew)
-    n_rest = len(rest)
-    params = [f"p{i}" for i in range(n_product)] + [f"e{i}" for i in range(n_rest)]
-    rest = [f"e{i}" for i in range(n_rest)]
+    names = [f"e{i}" for i in range(len(rest))]
+    params = [f"p{i}" for i in range(n_product)] + names
     if out_form is not None:
         first = f"    product({', '.join(params[:n_product])}, out)"
-        ew_args = rest  # ew reads the product from out, in place
+        ew_args = names  # ew reads the product from out, in place
     else:
         static = "".join(f", {k}=static[{k!r}]" for k in product.static)
         first = f"    r = product({', '.join(params[:n_product])}{static})"
-        ew_args = [*rest[:slot], "r", *rest[slot:]]
+        ew_args = [*names[:slot], "r", *names[slot:]]
     source = (
         f"def form({', '.join([*params, 'out'])}):\n"
         f"{first}\n    ew({', '.join([*ew_args, 'out'])})\n"
@@ -240,8 +227,7 @@ def _pool_shape(product: Node, rest: list[Any]) -> tuple[int, int, int, list[boo
     if product.name != "linear" or len(product.inputs) != 2:
         return None
     modes = _row_blocks(product, rest)
-    x, w = product.inputs
-    out = product.out
+    (x, w), out = product.inputs, product.out
     if modes is None or w.ndim != 2 or x.dtype != out.dtype or w.dtype != out.dtype:
         return None
     n, k = w.shape
@@ -257,7 +243,6 @@ def _pooled_driver(
     numba refuses it (the plan then runs the product and epilogue as before)."""
     import numba
 
-    m, n, k, _ = pool
     x, w = numba_signature(product.inputs, out)[:2]
     signature = (
         numba.types.int64,
@@ -272,7 +257,7 @@ def _pooled_driver(
         driver.compile(signature)
     except Exception:  # never fail a compile over a fusion
         return None
-    return PooledLinear(driver, m, n, k, out.dtype)
+    return PooledLinear(driver, *pool[:3], out.dtype)  # m, n, k
 
 
 def _fuse(group: list[Node], value: Value) -> Node | None:

@@ -24,6 +24,7 @@ enough that the call it saves outweighs its slower loop.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -63,64 +64,48 @@ __all__ = [
 # Extra nanoseconds per element of numba's scalar libm call over numpy's SIMD
 # loop (measured, float32 and float64 alike within a factor of two).
 _LIBM_EXTRA_NS: dict[str, float] = {
-    "exp": 3,
-    "log": 3,
-    "log2": 3,
-    "log10": 3,
-    "expm1": 7,
-    "log1p": 8,
-    "tanh": 12,
-    "sinh": 11,
-    "cosh": 11,
-    "sin": 5,
-    "cos": 5,
-    "tan": 8,
-    "asin": 8,
-    "acos": 8,
-    "atan": 8,
-    "asinh": 8,
-    "acosh": 8,
-    "atanh": 8,
-    "atan2": 8,
     "hypot": 2,
-    "logaddexp": 10,
-    "power": 8,
-    "sigmoid": 12,
-    "silu": 12,
-    "softplus": 10,
+    **dict.fromkeys(("exp", "log", "log2", "log10"), 3),
+    **dict.fromkeys(("sin", "cos"), 5),
+    "expm1": 7,
+    **dict.fromkeys(("log1p", "tan", "asin", "acos", "atan", "asinh", "acosh", "atanh"), 8),
+    **dict.fromkeys(("atan2", "power"), 8),
+    **dict.fromkeys(("logaddexp", "softplus"), 10),
+    **dict.fromkeys(("sinh", "cosh"), 11),
+    **dict.fromkeys(("tanh", "sigmoid", "silu"), 12),
 }
 
-_builtin: dict[int, tuple[str, Any]] | None = None
 
-
+@functools.cache
 def _builtin_ops() -> dict[int, tuple[str, Any]]:
     """id(op) -> (name, its kernel as shipped), for the ops with scalar forms."""
-    global _builtin
-    if _builtin is None:
-        ops: dict[str, Op] = dict(elementwise.UFUNC_OPS)
-        ops.update(
-            relu=elementwise.relu,
-            sigmoid=elementwise.sigmoid,
-            gelu=elementwise.gelu,
-            where=elementwise.where,
-            clip=elementwise._clip_op,
-            reciprocal=elementwise.reciprocal,
-            silu=get_op("silu"),
-            softplus=get_op("softplus"),
-            astype=manipulation._astype,
-        )
-        # The CPU backend's kernel where it registered one, else the generic one.
-        _builtin = {
-            id(op): (name, op.kernels.get("cpu") or op.kernels.get(GENERIC))
-            for name, op in ops.items()
-        }
-    return _builtin
+    ops: dict[str, Op] = dict(elementwise.UFUNC_OPS)
+    ops.update(
+        relu=elementwise.relu,
+        sigmoid=elementwise.sigmoid,
+        gelu=elementwise.gelu,
+        where=elementwise.where,
+        clip=elementwise._clip_op,
+        reciprocal=elementwise.reciprocal,
+        silu=get_op("silu"),
+        softplus=get_op("softplus"),
+        astype=manipulation._astype,
+    )
+    # The CPU backend's kernel where it registered one, else the generic one.
+    return {
+        id(op): (name, op.kernels.get("cpu") or op.kernels.get(GENERIC)) for name, op in ops.items()
+    }
 
 
 def _operand(a: Any, var: str) -> Operand:
     if type(a) is Value:
         return Operand(var, a.dtype)
     return Operand(var, type(a), a)
+
+
+def _key(a: Any) -> Any:
+    """What tells operands apart: a value's id, a weak scalar's type and repr."""
+    return a.id if type(a) is Value else ("s", type(a), repr(a))
 
 
 def users_kernel(op: Op) -> bool:
@@ -148,7 +133,10 @@ def fusible(node: Node) -> bool:
     return ScalarEmitter().node(known[0], operands, node.static, out.dtype) is not None
 
 
-def _libm_cost_ok(node: Node) -> bool:
+def elementwise_ok(node: Node) -> bool:
+    """Fusible, and worth fusing at this size."""
+    if not fusible(node):
+        return False
     name = node.name
     extra = _LIBM_EXTRA_NS.get(name, 0.0)
     if name == "gelu" and node.static.get("approximate", "none") == "tanh":
@@ -156,11 +144,6 @@ def _libm_cost_ok(node: Node) -> bool:
     if name == "power" and node.out.dtype.kind != "f":
         extra = 0.0  # integer power is a scalar loop in numpy too
     return extra * node.out.size <= config.op_overhead_ns
-
-
-def elementwise_ok(node: Node) -> bool:
-    """Fusible, and worth fusing at this size."""
-    return fusible(node) and _libm_cost_ok(node)
 
 
 #: Nodes in one fused kernel at most (numba's compile time grows with it).
@@ -175,9 +158,7 @@ def same_size(group: list[Node], producer: Node) -> bool:
 
 # -- grouping ----------------------------------------------------------------------------
 def find_groups(
-    graph: Graph,
-    eligible: Callable[[Node], bool],
-    absorb: Callable[[list[Node], Node], bool],
+    graph: Graph, eligible: Callable[[Node], bool], absorb: Callable[[list[Node], Node], bool]
 ) -> list[list[Node]]:
     """Maximal groups, each in execution order with its root last.
 
@@ -239,16 +220,14 @@ def _push_producers(
 def group_inputs(group: Iterable[Node]) -> list[Any]:
     """The operands a group reads from outside: values (once each) and weak
     scalars (once per distinct type and value), in first-use order."""
-    made = {v.id for n in group for v in n.outputs}
-    seen: set[Any] = set()
+    seen: set[Any] = {v.id for n in group for v in n.outputs}  # made inside: not inputs
     inputs: list[Any] = []
     for node in group:
         for a in node.inputs:
-            key = ("v", a.id) if type(a) is Value else ("s", type(a), repr(a))
-            if (type(a) is Value and a.id in made) or key in seen:
-                continue
-            seen.add(key)
-            inputs.append(a)
+            key = _key(a)
+            if key not in seen:
+                seen.add(key)
+                inputs.append(a)
     return inputs
 
 
@@ -313,9 +292,7 @@ class ElementwiseProgram:
 
 
 def build_program(
-    group: list[Node],
-    inputs: list[Any] | None = None,
-    biased: tuple[Value, Value] | None = None,
+    group: list[Node], inputs: list[Any] | None = None, biased: tuple[Value, Value] | None = None
 ) -> ElementwiseProgram | None:
     """The scalar code for ``group`` (None if some node has no exact form).
     With ``biased`` = (value, bias), both among ``inputs``, the group reads
@@ -324,10 +301,7 @@ def build_program(
     if inputs is None:
         inputs = group_inputs(group)
     emitter = ScalarEmitter()
-    known: dict[Any, Operand] = {}
-    for j, a in enumerate(inputs):
-        key = a.id if type(a) is Value else ("s", type(a), repr(a))
-        known[key] = _operand(a, f"x{j}")
+    known = {_key(a): _operand(a, f"x{j}") for j, a in enumerate(inputs)}
     if biased is not None:
         value, bias = biased
         added = emitter.node("add", [known[value.id], known[bias.id]], {}, value.dtype)
@@ -338,9 +312,7 @@ def build_program(
     builtin = _builtin_ops()
     result: Operand | None = None
     for node in group:
-        operands = [
-            known[a.id if type(a) is Value else ("s", type(a), repr(a))] for a in node.inputs
-        ]
+        operands = [known[_key(a)] for a in node.inputs]
         name = builtin[id(node.op)][0]
         result = emitter.node(name, operands, node.static, node.out.dtype)
         if result is None:
@@ -406,13 +378,9 @@ def make_op(
     op = _ops.get(key)
     if op is not None:
         return op
-
-    def rule(*args: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
-        return shape, dtype
-
     op = Op(
         name,
-        rule,
+        lambda *args: (shape, dtype),  # its rule: the graph's shapes are fixed
         cost=lambda *args, **static: cost,
         operands=n_inputs,
         weak_scalars=True,
@@ -463,24 +431,18 @@ def display_name(kind: str, names: list[str], limit: int = 8) -> str:
     return f"{kind}[{','.join(shown)}]"
 
 
-def _has_out_form(node: Node) -> bool:
-    return out_form_for(node, kernel_for(node)) is not None
-
-
 def fuse_group(group: list[Node]) -> Node | None:
     """The fused node replacing ``group`` (None if it can't be compiled)."""
     program = build_program(group)
     if program is None:
         return None
-    root = group[-1]
+    root, inputs = group[-1], program.inputs
     source = program.kernel_source()
-    fn = compile_kernel(source, program.inputs, root.out)
+    fn = compile_kernel(source, inputs, root.out)
     if fn is None:
         return None
     scalars = [
-        i
-        for i, a in enumerate(program.inputs)
-        if type(a) is Value and not a.shape and not a.is_const
+        i for i, a in enumerate(inputs) if type(a) is Value and not a.shape and not a.is_const
     ]
     if scalars:
         fn = _zero_d_arrays(fn, scalars)
@@ -490,18 +452,18 @@ def fuse_group(group: list[Node]) -> Node | None:
         root.out.shape,
         root.out.dtype,
         fused_cost(group),
-        len(program.inputs),
+        len(inputs),
         elementwise=True,
         source=source,
     )
-    return Node(op, program.inputs, {}, [root.out], site=root.site)
+    return Node(op, inputs, {}, [root.out], site=root.site)
 
 
 def run(graph: Graph) -> int:
     """Fuse elementwise groups in place; returns how many fused nodes were made."""
     done = []
     for group in find_groups(graph, elementwise_ok, same_size):
-        if len(group) == 1 and _has_out_form(group[0]):
+        if len(group) == 1 and out_form_for(group[0], kernel_for(group[0])) is not None:
             continue  # a ufunc already writes into a planned buffer
         node = fuse_group(group)
         if node is not None:

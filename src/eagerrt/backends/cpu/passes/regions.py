@@ -37,8 +37,10 @@ from ....ops.linalg import matmul
 from ..codegen import HEADER, NJIT, ScalarEmitter, index_expr, loop_nest
 from .fusion import (
     _builtin_ops,
+    _key,
     _operand,
     compile_kernel,
+    display_name,
     elementwise_ok,
     find_groups,
     make_op,
@@ -63,31 +65,22 @@ _NS_PER_MAC = 0.3
 _NS_PER_ELEMENT = 1.0
 
 
-def _is_matmul(node: Node) -> bool:
-    return node.op is matmul and not users_kernel(node.op)
-
-
 def tiny_matmul(node: Node) -> bool:
-    if not _is_matmul(node) or len(node.inputs) != 2:
+    if node.op is not matmul or users_kernel(node.op) or len(node.inputs) != 2:
         return False
-    a, b = node.inputs
-    out = node.out
+    (a, b), out = node.inputs, node.out
     if type(a) is not Value or type(b) is not Value or a.ndim != 2 or b.ndim != 2:
         return False
     if out.dtype not in (np.float32, np.float64) or a.dtype != out.dtype or b.dtype != out.dtype:
         return False
     if out.device is not cpu or a.device is not out.device:
         return False
-    if 0 in a.shape or 0 in b.shape:
-        return False
-    return a.shape[0] * a.shape[1] * b.shape[1] <= TINY_MACS
+    return 0 < a.shape[0] * a.shape[1] * b.shape[1] <= TINY_MACS  # no empty operand
 
 
 def tiny(node: Node) -> bool:
     """Whether ``node`` may join a region."""
-    if tiny_matmul(node):
-        return True
-    return node.out.size <= TINY_ELEMENTS and elementwise_ok(node)
+    return tiny_matmul(node) or (node.out.size <= TINY_ELEMENTS and elementwise_ok(node))
 
 
 # -- periodic structure -----------------------------------------------------------------
@@ -96,13 +89,8 @@ def _signature(node: Node) -> tuple[Any, ...]:
         (a.shape, a.dtype.str) if type(a) is Value else (type(a).__name__, repr(a))
         for a in node.inputs
     )
-    return (
-        id(node.op),
-        repr(sorted(node.static.items())),
-        node.out.shape,
-        node.out.dtype.str,
-        operands,
-    )
+    out = node.out
+    return (id(node.op), repr(sorted(node.static.items())), out.shape, out.dtype.str, operands)
 
 
 @dataclass
@@ -126,7 +114,7 @@ class Block:
 
 
 def _classify(
-    nodes: list[Node], index: dict[int, int], rep_start: int, period: int, start: int, a: Any
+    index: dict[int, int], rep_start: int, period: int, start: int, a: Any
 ) -> tuple[Any, ...] | None:
     """An operand of a node in the repetition starting at ``rep_start``."""
     if type(a) is not Value:
@@ -154,7 +142,7 @@ def _check(
     for q in range(period):
         row = []
         for a in nodes[start + period + q].inputs:
-            c = _classify(nodes, index, start + period, period, start, a)
+            c = _classify(index, start + period, period, start, a)
             if c is None:
                 return None
             row.append(c)
@@ -169,7 +157,7 @@ def _check(
             node = nodes[base + q]
             for i, a in enumerate(node.inputs):
                 want = pattern[q][i]
-                got = _classify(nodes, index, base, period, start, a)
+                got = _classify(index, base, period, start, a)
                 if got is None:
                     return None
                 if k == 0 and want == ("carry",):
@@ -184,18 +172,13 @@ def _check(
                     return None
             # Only the repetition's result leaves it, and only into the next one
             # (or, from the last, to whatever follows the block).
-            last = q == period - 1
             for u in users.get(node.out.id, ()):
                 at = index.get(id(u))
                 if at is None:
                     return None
-                if base <= at < base + period:
-                    continue
-                if last and (k == repeats - 1 or base + period <= at < base + 2 * period):
-                    if k == repeats - 1 and at < base + period:
-                        return None
-                    continue
-                return None
+                later = at >= base + period and (k == repeats - 1 or at < base + 2 * period)
+                if not (base <= at < base + period or (q == period - 1 and later)):
+                    return None
     assert init is not None
     block = Block(start, period, repeats, init)
     block.carry = {
@@ -258,19 +241,15 @@ class _Writer:
         self._scalar_helpers: dict[str, str] = {}
         self.names: dict[int, str] = {}  # value id -> array holding it in the kernel
         self._free: dict[tuple[Any, ...], list[str]] = {}
-        self.last_use: dict[int, int] = {}
-        for i, node in enumerate(nodes):
-            for v in node.value_inputs():
-                self.last_use[v.id] = i
+        self.last_use = {v.id: i for i, node in enumerate(nodes) for v in node.value_inputs()}
 
     # -- operands and buffers -------------------------------------------------------
     def arg(self, a: Any) -> str:
-        key = ("v", a.id) if type(a) is Value else ("s", type(a), repr(a))
-        name = self._arg_names.get(key)
-        if name is None:
-            name = self._arg_names[key] = f"a{len(self.args)}"
+        key = _key(a)
+        if key not in self._arg_names:
+            self._arg_names[key] = f"a{len(self.args)}"
             self.args.append(a)
-        return name
+        return self._arg_names[key]
 
     def read(self, a: Any, i: int = 0) -> str:
         if type(a) is Value and a.id in self.names:
@@ -298,22 +277,17 @@ class _Writer:
         """Code computing ``node`` into array ``dst``: its loops written here, or
         a call of a helper function holding them (shared by equal steps, so a
         long region's compile time grows with its distinct steps only)."""
-        operands = [(i, a) for i, a in enumerate(node.inputs)]
+        args = [read(a, i) for i, a in enumerate(node.inputs)]
         if inline:
-            tag = str(len(self.lines))
-            names = [read(a, i) for i, a in operands]
-            body = self._body(node, names, dst, tag)
+            body = self._body(node, args, dst, str(len(self.lines)))
             self.lines += [indent + line for line in body]
             return
-        params = [f"q{i}" for i, _ in operands]
+        params = [f"q{i}" for i in range(len(args))]
         body = self._body(node, params, "d", "")
         text = f"def {{name}}({', '.join([*params, 'd'])}):\n" + "".join(
             f"    {line}\n" for line in body
         )
-        name = self._helpers.get(text)
-        if name is None:
-            name = self._helpers[text] = f"_step{len(self._helpers)}"
-        args = [read(a, i) for i, a in operands]
+        name = self._helpers.setdefault(text, f"_step{len(self._helpers)}")
         self.lines.append(f"{indent}{name}({', '.join([*args, dst])})")
 
     def _body(self, node: Node, names: list[str], dst: str, tag: str) -> list[str]:
@@ -428,23 +402,15 @@ class _Writer:
         outside = [v for node in self.nodes[block.start : block.stop] for v in node.value_inputs()]
         self.release_dead(outside, block.stop - 1)
         for node in body[:-1]:
-            self._free.setdefault((node.out.shape, node.out.dtype.str), []).append(
-                scratch[node.out.id]
-            )
+            out = node.out
+            self._free.setdefault((out.shape, out.dtype.str), []).append(scratch[out.id])
 
     def source(self) -> str:
         params = ", ".join([*(f"a{j}" for j in range(len(self.args))), "out"])
         steps = [f"{NJIT}\n{text.replace('{name}', name)}" for text, name in self._helpers.items()]
         lines = [NJIT, f"def region({params}):", *self.allocs, *self.lines]
-        return (
-            HEADER
-            + "".join(self._scalar_helpers.values())
-            + "\n\n"
-            + "\n\n".join(steps)
-            + "\n\n"
-            + "\n".join(lines)
-            + "\n"
-        )
+        helpers = "".join(self._scalar_helpers.values())
+        return f"{HEADER}{helpers}\n\n" + "\n\n".join(steps) + "\n\n" + "\n".join(lines) + "\n"
 
 
 class _NoForm(Exception):
@@ -476,21 +442,11 @@ def _write(nodes: list[Node], users: dict[int, list[Node]]) -> tuple[str, list[A
 
 
 def _name(nodes: list[Node], block: Block | None) -> str:
-    def names(ns: list[Node]) -> list[str]:
-        return [n.name for n in ns]
-
-    if block is None:
-        parts = names(nodes)
-    else:
-        body = ",".join(names(nodes[block.start : block.start + block.period]))
-        parts = [
-            *names(nodes[: block.start]),
-            f"({body})x{block.repeats}",
-            *names(nodes[block.stop :]),
-        ]
-    if len(parts) > 8:
-        parts = [*parts[:8], f"... +{len(parts) - 8}"]
-    return f"region[{','.join(parts)}]"
+    names = [n.name for n in nodes]
+    if block is not None:
+        body = ",".join(names[block.start : block.start + block.period])
+        names = [*names[: block.start], f"({body})x{block.repeats}", *names[block.stop :]]
+    return display_name("region", names)
 
 
 def _cost(nodes: list[Node]) -> float:

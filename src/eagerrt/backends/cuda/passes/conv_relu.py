@@ -80,12 +80,11 @@ def _fused(graph: Graph, relu: Node) -> tuple[Node, list[Node]] | None:
     counts = graph.use_counts()
     conv = _conv_of(graph, source, counts)
     residual = None
-    gone: list[Node] = []
     if conv is not None:
         gone = [conv]
-    elif type(source) is Value and source.node is not None and builtin(source.node, "add"):
-        add = source.node
-        if not single_reader(graph, source, counts):
+    else:
+        add = source.node if type(source) is Value else None
+        if add is None or not builtin(add, "add") or not single_reader(graph, source, counts):
             return None
         a, b = add.inputs
         for candidate, other in ((a, b), (b, a)):
@@ -96,8 +95,6 @@ def _fused(graph: Graph, relu: Node) -> tuple[Node, list[Node]] | None:
                 break
         else:
             return None
-    else:
-        return None
     x, weight, *rest = conv.inputs
     inputs = [x, weight, *rest]
     if residual is not None:
