@@ -387,8 +387,10 @@ class ThreadStreamDevice(StreamDevice):
 
         def work() -> None:
             arrays = _arrays(operands)
-            failure = arrays if isinstance(arrays, Failure) else None
-            if not isinstance(arrays, Failure):
+            failure = None
+            if isinstance(arrays, Failure):
+                failure = arrays
+            else:
                 try:
                     for cell, result in zip(cells, runner.run(arrays), strict=True):
                         _write(cell, result, "a compiled plan")

@@ -68,8 +68,9 @@ _LIBM_EXTRA_NS: dict[str, float] = {
     **dict.fromkeys(("exp", "log", "log2", "log10"), 3),
     **dict.fromkeys(("sin", "cos"), 5),
     "expm1": 7,
-    **dict.fromkeys(("log1p", "tan", "asin", "acos", "atan", "asinh", "acosh", "atanh"), 8),
-    **dict.fromkeys(("atan2", "power"), 8),
+    **dict.fromkeys(
+        ("log1p", "tan", "asin", "acos", "atan", "asinh", "acosh", "atanh", "atan2", "power"), 8
+    ),
     **dict.fromkeys(("logaddexp", "softplus"), 10),
     **dict.fromkeys(("sinh", "cosh"), 11),
     **dict.fromkeys(("tanh", "sigmoid", "silu"), 12),
