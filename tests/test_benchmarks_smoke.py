@@ -5,6 +5,8 @@ Speed is never asserted here: the figures are for benchmarks/run_all.py to print
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 import json
 import math
@@ -44,6 +46,16 @@ def _import(name: str) -> Any:
     return importlib.import_module("run_all").load_benchmark(name)
 
 
+@functools.cache
+def _tiny_result(module_name: str) -> dict[str, Any]:
+    """Each benchmark's tiny run, made once: the tests below read it (copies)."""
+    return _import(module_name).run(quick=True, **TINY[module_name])
+
+
+def tiny_result(module_name: str) -> dict[str, Any]:
+    return copy.deepcopy(_tiny_result(module_name))
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -73,21 +85,17 @@ def _check_result(result: dict[str, Any], quick: bool = True) -> None:
 
 @pytest.mark.parametrize("module_name", sorted(TINY))
 def test_benchmark_runs_and_reports(module_name: str) -> None:
-    module = _import(module_name)
-    assert callable(module.main)
-    result = module.run(quick=True, **TINY[module_name])
-    _check_result(result)
+    assert callable(_import(module_name).main)
+    _check_result(tiny_result(module_name))
 
 
 def test_expected_targets_are_reported() -> None:
-    tiny = _import("bench_tiny_model").run(quick=True, **TINY["bench_tiny_model"])
+    tiny = tiny_result("bench_tiny_model")
     assert "eager_vs_numpy" in tiny["targets"]
     if _import("bench_tiny_model").torch is not None:
         assert "eager_vs_torch" in tiny["targets"]
-    par = _import("bench_parallel_branches").run(quick=True, **TINY["bench_parallel_branches"])
-    assert "speedup" in par["targets"]
-    io = _import("bench_io_overlap").run(quick=True, **TINY["bench_io_overlap"])
-    assert "wall_vs_max" in io["targets"]
+    assert "speedup" in tiny_result("bench_parallel_branches")["targets"]
+    assert "wall_vs_max" in tiny_result("bench_io_overlap")["targets"]
 
 
 def test_run_all_formats_and_saves(
@@ -95,10 +103,10 @@ def test_run_all_formats_and_saves(
 ) -> None:
     run_all = _import("run_all")
     assert set(run_all.BENCHMARKS.values()) == set(TINY)
-    # run_all.main with every benchmark at its tiny size, one process, no real timing.
+    # run_all.main over every benchmark's tiny result (made once, above): what is
+    # tested here is run_all's calling, formatting and saving, not the runs again.
     for module_name in run_all.BENCHMARKS.values():
-        module = _import(module_name)
-        monkeypatch.setattr(module, "run", _tiny_run(module.run, TINY[module_name]))
+        monkeypatch.setattr(_import(module_name), "run", _tiny_run(module_name))
     out = tmp_path / "latest.json"
     run_all.main(["--quick", "--json", str(out)])
     printed = capsys.readouterr().out
@@ -157,9 +165,10 @@ def test_models_cuda_runs_on_the_stream_test_device(monkeypatch: pytest.MonkeyPa
     assert result["errors"][0]["where"] == "MiniLM, batch 1, eagerrt eager"
 
 
-def _tiny_run(run: Any, sizes: dict[str, Any]) -> Any:
+def _tiny_run(module_name: str) -> Any:
     def tiny(quick: bool = False) -> dict[str, Any]:
-        return run(quick=quick, **sizes)
+        assert quick, "run_all --quick must ask for quick runs"
+        return tiny_result(module_name)
 
     return tiny
 

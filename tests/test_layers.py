@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -141,13 +142,19 @@ def _package_of(path: pathlib.Path) -> str:
     return parts[0] if len(parts) > 1 else path.stem
 
 
+@functools.cache
+def _tree(path: pathlib.Path) -> ast.Module:
+    """``path`` parsed once for all the tests below (which only read the tree)."""
+    return ast.parse(path.read_text())
+
+
 def test_no_private_imports_across_packages() -> None:
     """A layer uses another package's public names only (``from ..x import _y``
     across packages is what this forbids; within a package it's fine)."""
     found = set()
     for path in SRC.rglob("*.py"):
         package = path.relative_to(SRC).parts[:-1]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, ast.ImportFrom) or not node.level:
                 continue
             base = list(package[: len(package) - node.level + 1])
@@ -168,10 +175,11 @@ def _module_name(path: pathlib.Path) -> str:
 MODULES = {_module_name(p): p for p in SRC.rglob("*.py")}
 
 
+@functools.cache
 def _imports(path: pathlib.Path) -> list[tuple[ast.ImportFrom | ast.Import, bool, list[str]]]:
     """Each import statement of eagerrt's own modules in ``path``: (the node,
     whether it runs inside a function, the modules it loads)."""
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     in_function = {
         id(inner)
         for fn in ast.walk(tree)
@@ -217,7 +225,7 @@ def test_other_layers_use_the_core_through_its_one_surface() -> None:
         if name.startswith("eagerrt._core"):
             continue
         package = path.relative_to(SRC).parts[:-1]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom) and node.level and node.module:
                 parts = [*package[: len(package) - node.level + 1], *node.module.split(".")]
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("eagerrt."):
