@@ -25,13 +25,21 @@ PUBLIC = {
 FORBIDDEN = {layer: set(LAYERS[i + 1 :]) | PUBLIC for i, layer in enumerate(LAYERS)}
 
 
-def imported_parts(source: str, package: tuple[str, ...]) -> set[str]:
-    """The first component under ``eagerrt`` of every import in ``source``.
+@functools.cache
+def _tree(path: pathlib.Path) -> ast.Module:
+    """``path`` parsed once for all the tests below (which only read the tree)."""
+    return ast.parse(path.read_text())
+
+
+def imported_parts(source: str | ast.Module, package: tuple[str, ...]) -> set[str]:
+    """The first component under ``eagerrt`` of every import in ``source`` (text,
+    or a module already parsed).
 
     ``package`` is the module's package path below eagerrt, e.g. ``("_core",)``.
     """
     found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source) if isinstance(source, str) else source
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
             base = list(package[: len(package) - node.level + 1])
             parts = base + (node.module.split(".") if node.module else [])
@@ -56,7 +64,7 @@ def test_layer_imports_point_downward(layer: str) -> None:
     paths = [SRC / f"{layer}.py"] if (SRC / f"{layer}.py").exists() else (SRC / layer).rglob("*.py")
     for path in sorted(paths):
         package = path.relative_to(SRC).parts[:-1]
-        bad = imported_parts(path.read_text(), package) & FORBIDDEN[layer]
+        bad = imported_parts(_tree(path), package) & FORBIDDEN[layer]
         if bad:
             offenders[str(path.relative_to(SRC))] = sorted(bad)
     assert not offenders, f"upward imports: {offenders}"
@@ -140,12 +148,6 @@ def test_src_stays_within_its_line_budget() -> None:
 def _package_of(path: pathlib.Path) -> str:
     parts = path.relative_to(SRC).parts
     return parts[0] if len(parts) > 1 else path.stem
-
-
-@functools.cache
-def _tree(path: pathlib.Path) -> ast.Module:
-    """``path`` parsed once for all the tests below (which only read the tree)."""
-    return ast.parse(path.read_text())
 
 
 def test_no_private_imports_across_packages() -> None:
