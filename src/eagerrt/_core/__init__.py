@@ -9,7 +9,7 @@ split inside the core without touching them. ``profiling`` and
 the float-error modes) is read through them at each use.
 """
 
-from . import float_errors, profiling
+from . import float_errors, precision, profiling
 from .async_value import (
     ERROR,
     MAX_INLINE_DEPTH,
@@ -46,6 +46,7 @@ from .errors import (
 )
 from .float_errors import caller_modes, register_runner, run_here, run_under
 from .forking import renew_after_fork
+from .precision import PrecisionError
 from .profiling import Event
 from .scheduler import (
     EagerErrorGroup,
@@ -92,6 +93,7 @@ __all__ = [
     "KernelError",
     "OutOfBoundsError",
     "PipelineError",
+    "PrecisionError",
     "ShapeError",
     "SourceLine",
     "Stats",
@@ -114,6 +116,7 @@ __all__ = [
     "never_run_tasks_here",
     "on_synchronize",
     "on_worker_thread",
+    "precision",
     "profiling",
     "register_executor",
     "register_runner",

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 
+from . import precision
 from .forking import renew_after_fork
 
 __all__ = ["Config", "config", "sync_mode"]
@@ -81,6 +82,12 @@ class Config:
     #: (``pip install nvidia-cudnn-cu13``, or the one PyTorch brings); off
     #: (``EAGERRT_CUDA_CUDNN=0``), they run as cuBLAS products.
     cuda_cudnn: bool = True
+    #: The precision of compiled functions' matrix products
+    #: (``EAGERRT_MATMUL_PRECISION``): ``"float32"``, exact (the default), or
+    #: ``"bfloat16"``, bfloat16 operands with float32 accumulation where the
+    #: device has fast bfloat16 products (see :mod:`eagerrt._core.precision`).
+    #: Read when a function is traced; ``ert.function(precision=...)`` overrides it.
+    matmul_precision: str = precision.FLOAT32
     #: Cost-model constants, in nanoseconds (see ``eagerrt.calibrate``): a tiny
     #: numpy call, a float32 add per element on 4 MB arrays, and a float32
     #: 256x256 matmul per flop, as measured on the reference machine.
@@ -136,12 +143,21 @@ class Config:
     def __setattr__(self, name: str, value: object) -> None:
         if name == "blas" and value not in _BLAS_CHOICES:
             raise ValueError(f"config.blas must be one of {_BLAS_CHOICES}, got {value!r}")
+        if name == "matmul_precision":
+            value = precision.canonical(value)
         object.__setattr__(self, name, value)
+        if name == "matmul_precision":
+            for listener in self.__dict__.get("_precision_listeners", ()):
+                listener()
         if name in ("sync", "inline_threshold_ns") and "_listeners" in self.__dict__:
             self._update_limit()
         elif name in _COST_FIELDS:
             for listener in self.__dict__.get("_listeners", ()):
                 listener()
+
+    def on_precision_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` whenever ``matmul_precision`` changes."""
+        self.__dict__.setdefault("_precision_listeners", []).append(listener)
 
     def on_cost_change(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` whenever a cost-model constant changes."""
@@ -179,6 +195,7 @@ config = Config(
     cuda_tf32=_env_flag("EAGERRT_CUDA_TF32"),
     cuda_cudnn=os.environ.get("EAGERRT_CUDA_CUDNN", "1").strip().lower()
     not in {"0", "false", "no", "off"},
+    matmul_precision=os.environ.get("EAGERRT_MATMUL_PRECISION", "").strip() or precision.FLOAT32,
 )
 
 

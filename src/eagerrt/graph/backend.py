@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._core import PrecisionError, precision
 from ..devices import cpu
 from ..devices.base import Device
 from ..ops.registry import load_backend_module
@@ -48,6 +49,16 @@ class Backend:
 
     #: (name, pass) pairs run after the device-neutral passes, in order.
     passes: Sequence[tuple[str, Pass]] = ()
+
+    def check_precision(self, precision: str) -> None:
+        """Raise :class:`~eagerrt.PrecisionError` unless this backend's plans can
+        run their products in ``precision`` at speed. The base class knows only
+        float32: a device brings reduced-precision products with its backend."""
+        if precision != "float32":
+            raise PrecisionError(
+                f"matmul precision {precision!r}: this device's backend "
+                f"({type(self).__name__}) has no {precision} products; use 'float32'"
+            )
 
     def compile(self, graph: Graph) -> Any | None:
         """A plan for ``graph`` (its values all on this backend's device), or
@@ -75,8 +86,9 @@ class PlanCompiler(Backend):
             if type(c.const) is Tensor:
                 c.const = c.const._native()  # a failed weight raises its KernelError here
         replay = Replay(graph)  # before the passes rewrite the graph's nodes
-        optimize(graph, self.passes)
-        plan = lower(graph)
+        with precision.compiling(graph.precision):  # read by the out forms the passes pick
+            optimize(graph, self.passes)
+            plan = lower(graph)
         plan.replay = replay
         return plan
 

@@ -13,6 +13,32 @@ def _us(ns: float) -> str:
     return f"{ns / 1000:.1f} us"
 
 
+#: Ops whose products a reduced precision could apply to (as named in a plan's
+#: steps, fused ones included: ``fused[linear,gelu]``).
+_PRODUCTS = ("linear", "matmul", "conv2d", "conv_transpose2d", "scaled_dot_product_attention")
+
+
+def _precision_lines(precision: str, steps: Any) -> list[str]:
+    """Which steps multiply in which precision: a step's kernel says so with a
+    ``precision`` attribute (the backend's reduced-precision forms); every
+    other product is float32."""
+    if precision == "float32":
+        return ["precision: float32 (every product exact to float32)"]
+    by: dict[str, list[str]] = {}
+    for step in steps:
+        name = step.node.name
+        kernel = step.out_form if step.out_form is not None else step.kernel
+        used = getattr(kernel, "precision", None)
+        if used is None and not any(p in name for p in _PRODUCTS):
+            continue
+        by.setdefault(used or "float32", []).append(f"{step.node.outputs[0].name} {name}")
+    lines = [f"precision: {precision} asked for; products by precision:"]
+    for used, names in sorted(by.items()):
+        lines.append(f"  {used} ({len(names)}): {', '.join(names)}")
+    lines.append("  (norms, softmax, sums and elementwise ops: float32)")
+    return lines
+
+
 def explain(name: str, compiled: Any) -> str:
     graph = compiled.graph
     plan = compiled.plan
@@ -40,6 +66,7 @@ def explain(name: str, compiled: Any) -> str:
         ops = ", ".join(f"{s.node.outputs[0].name} {s.node.name}" for s in steps[:12])
         more = f", ... ({len(steps)} in all)" if len(steps) > 12 else ""
         lines.append(f"  stream {stream} ({_us(sum(s.cost for s in steps))}): {ops}{more}")
+    lines += _precision_lines(graph.precision, plan.steps)
     lines.append(f"memory plan: {plan.memory.describe()}")
     lines.append("generated code:")
     lines += ["  " + line for line in plan.source.splitlines()]

@@ -22,6 +22,7 @@ import inspect
 import os
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from .._core import AsyncValue, Available, TracingError, UsageError
+from .._core import AsyncValue, Available, PrecisionError, TracingError, UsageError, config
+from .._core import precision as _precision
 from ..ops.creation import asarray
 from ..tensor import TRACED, Tensor
 from . import pytree
@@ -131,9 +133,13 @@ def _has_traced(leaves: list[Any]) -> bool:
 class Function(Generic[_F]):
     """A compiled function (see :func:`eagerrt.function`)."""
 
-    def __init__(self, fn: _F, *, max_traces: int = DEFAULT_MAX_TRACES) -> None:
+    def __init__(
+        self, fn: _F, *, max_traces: int = DEFAULT_MAX_TRACES, precision: str | None = None
+    ) -> None:
         if not callable(fn):
             raise UsageError(f"ert.function needs a function, got {fn!r}")
+        #: The precision of its products, or None to follow ``config.matmul_precision``.
+        self.precision = None if precision is None else _precision.canonical(precision)
         self._fn = fn
         self._async = inspect.iscoroutinefunction(fn)
         self._name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
@@ -149,6 +155,7 @@ class Function(Generic[_F]):
         self._compiling: dict[tuple[Any, ...], tuple[int, int, AsyncValue]] = {}
         self._compiling_lock = threading.Lock()
         functools.update_wrapper(self, fn)
+        _FOLLOWING_CONFIG.add(self)
 
     def __repr__(self) -> str:
         return f"<ert.function {self._name} ({len(self._cache)} traces cached)>"
@@ -156,7 +163,7 @@ class Function(Generic[_F]):
     def __reduce__(self) -> tuple[Any, ...]:
         # Its traces hold compiled code, locks and weights: a compiled function
         # pickles (and copies) as its function and options, and traces anew.
-        return _rebuild_function, (self._fn, self._max_traces)
+        return _rebuild_function, (self._fn, self._max_traces, self.precision)
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         # As a method: the instance is a static argument (each instance its own trace).
@@ -175,7 +182,7 @@ class Function(Generic[_F]):
         leaves, tree = pytree.flatten((args, kwargs))
         if _has_traced(leaves):  # called while tracing another function: inline it
             return self._fn(*args, **kwargs)
-        key = _signature(leaves, tree, self._name)
+        key = self._key(leaves, tree)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._compile_once_sync(args, kwargs, key)
@@ -191,13 +198,26 @@ class Function(Generic[_F]):
         leaves, tree = pytree.flatten((args, kwargs))
         if _has_traced(leaves):
             return await self._fn(*args, **kwargs)
-        key = _signature(leaves, tree, self._name)
+        key = self._key(leaves, tree)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = await self._compile_once_async(args, kwargs, key)
         else:
             self._cache.move_to_end(key)
         return compiled.call(leaves)
+
+    def _key(self, leaves: list[Any], tree: Any) -> tuple[Any, ...]:
+        """A trace's cache key: the arguments' signature and the precision in force."""
+        return (*_signature(leaves, tree, self._name), self._precision_now())
+
+    def _precision_now(self) -> str:
+        return self.precision or config.matmul_precision
+
+    def _on_precision_change(self) -> None:
+        # The fast path's key has no precision in it: traces made under the old
+        # setting must not answer calls under the new one.
+        if self.precision is None:
+            self._fast = {}
 
     def eager(self, *args: Any, **kwargs: Any) -> Any:
         """Call the undecorated function (op by op, no tracing)."""
@@ -285,10 +305,18 @@ class Function(Generic[_F]):
         kwargs: dict[str, Any],
     ) -> Compiled:
         graph.note("trace", f"{len(graph.nodes)} ops traced")
+        graph.precision = key[-1]
         plan: Plan | OpByOpPlan | NativePlan | None = None
         device = graph_device(graph)
         if device is not None:  # one device: its backend's compiler, if it has one
-            plan = backend_for(device).compile(graph)
+            backend = backend_for(device)
+            backend.check_precision(graph.precision)
+            plan = backend.compile(graph)
+        elif graph.precision != _precision.FLOAT32:
+            raise PrecisionError(
+                f"{self._name}: matmul precision {graph.precision!r} applies to a graph on "
+                "one device; this one's values span several (it runs op by op, in float32)"
+            )
         if plan is None:  # no compiler, or values on several devices: ops called in order
             plan = OpByOpPlan(graph)
         if structure == _ONE_OUTPUT:
@@ -312,7 +340,7 @@ class Function(Generic[_F]):
         """The trace these arguments would run (traced now if new; the function
         must not await anything real while tracing)."""
         leaves, tree = pytree.flatten((args, kwargs))
-        key = _signature(leaves, tree, self._name)
+        key = self._key(leaves, tree)
         return self._cache.get(key) or self._compile_sync(args, kwargs, key)
 
     def measure_costs(self, *args: Any, repeats: int = 3, **kwargs: Any) -> dict[str, float]:
@@ -323,7 +351,7 @@ class Function(Generic[_F]):
         op). On a device with its own plans, each op is timed as an eager call
         that the device finished (nothing is recorded: its plans use no costs)."""
         leaves, tree = pytree.flatten((args, kwargs))
-        key = _signature(leaves, tree, self._name)
+        key = self._key(leaves, tree)
         compiled = self.compiled_for(*args, **kwargs)
         plan = compiled.plan
         inputs = [asarray(leaves[p]) for p in compiled.positions]
@@ -344,11 +372,25 @@ class Function(Generic[_F]):
         return explain(self._name, self.compiled_for(*args, **kwargs))
 
 
-def _rebuild_function(fn: Any, max_traces: int) -> Function[Any]:
-    return Function(fn, max_traces=max_traces)
+#: Every live compiled function, told when ``config.matmul_precision`` changes.
+_FOLLOWING_CONFIG: weakref.WeakSet[Function[Any]] = weakref.WeakSet()
 
 
-def function(fn: _F | None = None, *, max_traces: int = DEFAULT_MAX_TRACES) -> Any:
+def _precision_changed() -> None:
+    for fn in list(_FOLLOWING_CONFIG):
+        fn._on_precision_change()
+
+
+config.on_precision_change(_precision_changed)
+
+
+def _rebuild_function(fn: Any, max_traces: int, precision: str | None = None) -> Function[Any]:
+    return Function(fn, max_traces=max_traces, precision=precision)
+
+
+def function(
+    fn: _F | None = None, *, max_traces: int = DEFAULT_MAX_TRACES, precision: str | None = None
+) -> Any:
     """Compile ``fn`` (async or plain) for inference: the first call per input
     signature traces it into a graph, optimizes it and lowers it to a plan;
     later calls with tensors of the same shapes, dtypes and devices run the
@@ -358,7 +400,14 @@ def function(fn: _F | None = None, *, max_traces: int = DEFAULT_MAX_TRACES) -> A
     Tensors the function closes over (weights) are constants of the graph.
     ``fn.explain(*args)`` shows what the compiler did; ``fn.eager(*args)``
     runs the original, op by op.
+
+    ``precision``: the precision of the plan's matrix products, ``"float32"``
+    (exact) or ``"bfloat16"`` (bfloat16 operands, float32 accumulation, where
+    the device has fast bfloat16 products; see :mod:`eagerrt._core.precision`);
+    None follows ``ert.config.matmul_precision`` as it is when a call is traced.
+    A device that can't deliver it raises :class:`~eagerrt.PrecisionError` at
+    the first call.
     """
     if fn is None:
-        return lambda f: Function(f, max_traces=max_traces)
-    return Function(fn, max_traces=max_traces)
+        return lambda f: Function(f, max_traces=max_traces, precision=precision)
+    return Function(fn, max_traces=max_traces, precision=precision)

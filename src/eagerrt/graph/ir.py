@@ -156,6 +156,8 @@ class Graph:
         self.outputs: list[Value] = []
         #: What each pass did, in order: (pass name, summary).
         self.log: list[tuple[str, str]] = []
+        #: The precision its products are compiled in (see ``eagerrt._core.precision``).
+        self.precision = "float32"
 
     # -- queries -------------------------------------------------------------
     def _reads(self) -> Iterator[Value]:

@@ -14,11 +14,12 @@ array([3., 3., 3.])
 
 from __future__ import annotations
 
+from ..._core import precision
 from ...graph.backend import PlanCompiler
 from ...graph.passes import dce
 
 # Each registers its "cpu" kernels (and out forms) as it is imported.
-from . import activation, attention, conv, linear, norm, out_forms, pooling  # noqa: F401
+from . import activation, attention, bf16, conv, linear, norm, out_forms, pooling  # noqa: F401
 from .passes import epilogue, fusion, merge_heads, regions
 
 __all__ = ["CPUBackend", "backend"]
@@ -40,6 +41,14 @@ class CPUBackend(PlanCompiler):
                 ("dead code elimination", dce.run),
             ]
         )
+
+    def check_precision(self, name: str) -> None:
+        """float32 always; bfloat16 where the CPU multiplies it at speed (see
+        :func:`.bf16.require`)."""
+        if name == precision.BFLOAT16:
+            bf16.require()
+        else:
+            super().check_precision(name)
 
 
 backend = CPUBackend()

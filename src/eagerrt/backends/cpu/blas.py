@@ -79,10 +79,31 @@ class _MKL:
             fn.argtypes = [c_int] * 6 + [scalar] + [c_void, c_int, c_int] * 2 + [scalar]
             fn.argtypes += [c_void, c_int, c_int, c_int]
             self.gemm_batch[dtype] = fn
+        self.gemm_bf16: Any = None  # bfloat16 operands, float32 results (MKL 2021+)
+        if hasattr(lib, "cblas_gemm_bf16bf16f32_compute"):
+            self.gemm_bf16 = _bf16_function(lib, "cblas_gemm_bf16bf16f32")
+            self.gemm_bf16_compute = _bf16_function(lib, "cblas_gemm_bf16bf16f32_compute")
+            self.pack_bf16_size = lib.cblas_gemm_bf16bf16f32_pack_get_size
+            self.pack_bf16_size.restype = ctypes.c_size_t
+            self.pack_bf16_size.argtypes = [c_int] * 4
+            self.pack_bf16 = lib.cblas_gemm_bf16bf16f32_pack
+            self.pack_bf16.restype = None
+            self.pack_bf16.argtypes = [c_int] * 6 + [c_void, c_int, c_void]
         # Per thread, unlike numpy's OpenBLAS (see threads.one_blas_thread): returns
         # the count in force before, 0 meaning "MKL's global count".
         self.set_local_threads = lib.MKL_Set_Num_Threads_Local
         self.set_local_threads.restype, self.set_local_threads.argtypes = c_int, [c_int]
+
+
+def _bf16_function(lib: ctypes.CDLL, name: str) -> Any:
+    """``cblas_gemm_bf16bf16f32`` or its ``_compute`` form: (layout, transa,
+    transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), bfloat16 ``a`` and
+    ``b``, float32 scalars and ``c``."""
+    c_int, c_void, c_float = ctypes.c_int, ctypes.c_void_p, ctypes.c_float
+    fn = getattr(lib, name)
+    fn.restype = None
+    fn.argtypes = [c_int] * 6 + [c_float, c_void, c_int, c_void, c_int, c_float, c_void, c_int]
+    return fn
 
 
 _TBB = 4  # MKL_THREADING_TBB
@@ -177,6 +198,12 @@ def backend() -> str:
     'numpy'
     """
     return "numpy" if _active() is None else "mkl"
+
+
+def mkl_with_bf16() -> _MKL | None:
+    """MKL, where it is the backend and has bfloat16 products; else None."""
+    mkl = _active()
+    return mkl if mkl is not None and mkl.gemm_bf16 is not None else None
 
 
 def gemm_address(dtype: np.dtype[Any]) -> int | None:

@@ -11,10 +11,11 @@ import math
 
 import numpy as np
 
-from ..._core import config
+from ..._core import config, precision
 from ...graph.ir import Node, Value
 from ...graph.kernels import OutForm
 from ...ops.registry import get_op
+from . import bf16
 from .attention import sdpa_out_form
 from .conv import conv2d_out_form
 from .linear import LINEAR_ROWS, LINEAR_SPLIT_FLOPS, linear_into, linear_out_form
@@ -29,6 +30,16 @@ def _arrays(node: Node) -> bool:
     """Whether every operand is a value (no weak scalar) of the result's dtype."""
     dtype = node.out.dtype
     return all(type(a) is Value and a.dtype == dtype for a in node.inputs)
+
+
+def in_bf16(node: Node) -> bool:
+    """Whether this node's product runs with bfloat16 operands: the plan is
+    compiled in bfloat16 and the product is float32 throughout."""
+    return precision.current() == precision.BFLOAT16 and node.out.dtype == np.float32
+
+
+def _constant(v: Value) -> np.ndarray | None:
+    return v.const if v.is_const and isinstance(v.const, np.ndarray) else None
 
 
 def matmul_by_rows(node: Node) -> bool:
@@ -52,6 +63,10 @@ def _matmul_out(node: Node) -> OutForm | None:
     a, b = node.inputs
     if not _arrays(node):
         return None
+    if in_bf16(node) and a.ndim >= 1 and b.ndim == 2 and node.out.ndim == a.ndim:
+        # (..., k) @ (k, n): a linear layer in another spelling (ONNX's MatMul).
+        rows = math.prod(node.out.shape[:-1])
+        return bf16.linear_form(rows, _constant(b), transposed=True, with_bias=False)
     if matmul_by_rows(node):
         # linear's weight is (n, k): b's transpose, a view; its product reads b in place.
         return lambda a, b, out, epilogue=None: linear_into(a, b.T, None, out, epilogue)
@@ -95,7 +110,13 @@ def _linear_out(node: Node) -> OutForm | None:
     ``epilogue=`` runs elementwise work on each block of rows (see
     :mod:`.passes.epilogue`, which runs most epilogues in a pool kernel of
     their own)."""
-    return linear_out_form(node.inputs) if _arrays(node) else None
+    if not _arrays(node):
+        return None
+    x, w = node.inputs[:2]
+    if in_bf16(node) and w.ndim == 2:
+        rows = math.prod(x.shape[:-1])
+        return bf16.linear_form(rows, _constant(w), False, len(node.inputs) == 3)
+    return linear_out_form(node.inputs)
 
 
 @get_op("conv2d").out_form("cpu")
@@ -107,6 +128,8 @@ def _conv2d_out(node: Node) -> OutForm | None:
         return None
     if x.ndim != 4 or x.dtype.kind != "f":  # an unbatched image has no images to share
         return None
+    if in_bf16(node):
+        return bf16.conv2d_form(node.inputs, node.static, _constant(w))
     return conv2d_out_form(node.inputs, node.static, w.const if w.is_const else None)
 
 

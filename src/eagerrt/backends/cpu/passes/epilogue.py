@@ -30,7 +30,7 @@ from ....graph.ir import Graph, Node, Value
 from ....graph.kernels import kernel_for, out_form_for
 from ....ops.registry import get_op
 from ..codegen import load_source
-from ..out_forms import matmul_by_rows
+from ..out_forms import in_bf16, matmul_by_rows
 from ..pooled_linear import PooledLinear, driver_source, pool_applies
 from .fusion import (
     build_program,
@@ -224,8 +224,8 @@ def _pool_shape(product: Node, rest: list[Any]) -> tuple[int, int, int, list[boo
     """(m, n, k, by-rows modes) of a linear (without a bias of its own: a
     foldable one is among ``rest``) whose product and epilogue can run as one
     pool kernel (:mod:`eagerrt.backends.cpu.pooled_linear`), or None."""
-    if product.name != "linear" or len(product.inputs) != 2:
-        return None
+    if product.name != "linear" or len(product.inputs) != 2 or in_bf16(product):
+        return None  # (the pool kernels' products are float32: bfloat16 runs its own)
     modes = _row_blocks(product, rest)
     (x, w), out = product.inputs, product.out
     if modes is None or w.ndim != 2 or x.dtype != out.dtype or w.dtype != out.dtype:
@@ -293,6 +293,7 @@ def _fuse(group: list[Node], value: Value) -> Node | None:
         return None
     pooled = None if pool is None else _pooled_driver(source, product, rest, root, pool)
     form = _wrapper(product, kernel, out_form, len(product.inputs), slot, rest, ew, pooled)
+    form.precision = getattr(out_form, "precision", None)  # for explain()
     cost = node_cost(product) + fused_cost(group) - config.op_overhead_ns
     op = make_op(
         display_name("fused", [product.name, *program.names]),
