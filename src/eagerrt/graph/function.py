@@ -42,7 +42,7 @@ from .explain import explain
 from .ir import Graph
 from .native_plan import NativePlan
 from .op_by_op import OpByOpPlan
-from .plan import Plan
+from .plan import Plan, StepFailed
 from .tracing import _OUTPUT, is_tracing, output_structure, trace_async, trace_sync
 
 __all__ = ["Function", "function"]
@@ -147,6 +147,8 @@ class Function(Generic[_F]):
         # Traces of calls with only tensor arguments, by _fast_key (a subset of
         # _cache, kept in step with it).
         self._fast: dict[tuple[Any, ...], Compiled] = {}
+        # run_sync's calls by their arrays' shapes and dtypes: what runs them.
+        self._sync: dict[tuple[Any, ...], Callable[[tuple[Any, ...]], Any]] = {}
         self._max_traces = max_traces
         #: How many times the function has been traced (new signatures, evictions).
         self.traces = 0
@@ -218,6 +220,76 @@ class Function(Generic[_F]):
         # setting must not answer calls under the new one.
         if self.precision is None:
             self._fast = {}
+            self._sync = {}
+
+    def run_sync(self, *arrays: np.ndarray) -> Any:
+        """The embedded call path: the compiled plan run on numpy arrays, now,
+        on this thread, returning numpy arrays (in the function's output
+        structure), as TFRT's synchronous interpreter runs small models.
+
+        What a call costs beyond the plan's kernels is a dictionary lookup and
+        the plan's own call (measured in ``benchmarks/bench_graph.py``), where
+        ``f(x)`` also makes tensors, consults the scheduler and settings and
+        records the call. What it gives up: the result is an array, not an
+        awaitable tensor, so nothing overlaps with the call (a large model
+        holds this thread, and an event loop on it, until it is done); a failing
+        step raises its :class:`~eagerrt.KernelError` at once, with no
+        replay giving each output its own failure; the profiler does not record
+        it. Every argument must be a numpy array (each shape and dtype traces
+        once, as ``f(x)`` does; the trace is shared with ``f``'s own calls).
+
+        >>> import numpy as np, eagerrt as ert
+        >>> f = ert.function(lambda x: ert.exp(x) * 2 + 1)
+        >>> f.run_sync(np.zeros(3, np.float32))
+        array([3., 3., 3.], dtype=float32)
+        """
+        if len(arrays) == 1:
+            a = arrays[0]
+            key: tuple[Any, ...] = (a.shape, a.dtype) if type(a) is np.ndarray else ()
+        else:
+            key = tuple([(a.shape, a.dtype) if type(a) is np.ndarray else () for a in arrays])
+        run = self._sync.get(key)
+        if run is None:
+            run = self._sync_runner(arrays)
+        return run(arrays)
+
+    def _sync_runner(self, arrays: tuple[Any, ...]) -> Callable[[tuple[Any, ...]], Any]:
+        """What runs :meth:`run_sync`'s calls of these arrays' shapes and dtypes
+        (traced now if new), kept for the next."""
+        bad = [i for i, a in enumerate(arrays) if type(a) is not np.ndarray]
+        if bad:
+            raise UsageError(
+                f"{self._name}.run_sync takes numpy arrays only; argument {bad[0]} is "
+                f"{type(arrays[bad[0]]).__name__} (call the function itself for tensors "
+                "and static arguments)"
+            )
+        tensors = [asarray(a) for a in arrays]
+        compiled = self.compiled_for(*tensors)
+        if compiled.positions != list(range(len(arrays))):
+            raise UsageError(f"{self._name}.run_sync: every argument must be a graph input")
+        plan, structure = compiled.plan, compiled.structure
+        one = structure is _ONE_OUTPUT
+        if not isinstance(plan, Plan):  # a plan over several devices: through tensors
+
+            def run(arrays: tuple[Any, ...]) -> Any:
+                outs = [t.numpy() for t in run_plan(plan, [asarray(a) for a in arrays])]
+                return outs[0] if one else output_structure(structure, outs)
+
+        else:
+            execute = plan.execute
+
+            def run(arrays: tuple[Any, ...]) -> Any:
+                try:
+                    outs = execute(arrays)  # type: ignore[arg-type]  # a tuple reads as well
+                except StepFailed as failed:
+                    raise failed.failure.to_exception() from None
+                return outs[0] if one else output_structure(structure, outs)
+
+        if len(arrays) == 1:
+            self._sync[(arrays[0].shape, arrays[0].dtype)] = run
+        else:
+            self._sync[tuple([(a.shape, a.dtype) for a in arrays])] = run
+        return run
 
     def eager(self, *args: Any, **kwargs: Any) -> Any:
         """Call the undecorated function (op by op, no tracing)."""
@@ -335,6 +407,7 @@ class Function(Generic[_F]):
         """Drop a trace from both caches."""
         dropped = self._cache.pop(key, None)
         self._fast = {k: c for k, c in self._fast.items() if c is not dropped}
+        self._sync = {}  # (rebuilt from the traces kept, on their next calls)
 
     def compiled_for(self, *args: Any, **kwargs: Any) -> Compiled:
         """The trace these arguments would run (traced now if new; the function
