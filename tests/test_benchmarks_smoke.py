@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -34,7 +35,16 @@ TINY: dict[str, dict[str, Any]] = {
         "memory_arrivals": (50, 200),
         "rounds": 1,
     },
-    "models": {"batches": (1,), "length": 16, "concurrent": 2, "rounds": 1, "settle": 0.0},
+    # ResNet-50 left out: its torch model and ONNX export alone take seconds (the same
+    # code as ResNet-18's, with another model class).
+    "models": {
+        "models": ("resnet18", "minilm"),
+        "batches": (1,),
+        "length": 16,
+        "concurrent": 2,
+        "rounds": 1,
+        "settle": 0.0,
+    },
     "bench_in_place": {"rows": 20, "cols": 30, "rounds": 2},
 }
 
@@ -96,6 +106,17 @@ def test_expected_targets_are_reported() -> None:
         assert "eager_vs_torch" in tiny["targets"]
     assert "speedup" in tiny_result("bench_parallel_branches")["targets"]
     assert "wall_vs_max" in tiny_result("bench_io_overlap")["targets"]
+    models = tiny_result("models")
+    for label in ("resnet18", "minilm"):
+        assert f"{label}_b1_compiled_vs_torch" in models["targets"]
+        runtimes = [n for n in ("onnxruntime", "openvino") if importlib.util.find_spec(n)]
+        if runtimes:  # issue 23's fp32 target: the faster of the fp32 inference runtimes
+            assert f"{label}_b1_compiled_vs_fp32_anchor" in models["targets"]
+        if "openvino" in runtimes:  # both precisions, and which one the default chose
+            for name in ("openvino_fp32", "openvino_default"):
+                assert f"{label}_b1_{name}_ms" in models["figures"]
+            assert models["params"][f"{label}_openvino_fp32_precision"] == "f32"
+            assert f"{label}_openvino_default_precision" in models["params"]
 
 
 def test_run_all_formats_and_saves(
