@@ -15,6 +15,9 @@ Contenders, each timed as one call plus waiting for its result:
   (bf16 where the CPU has AMX or AVX512-BF16, f32 otherwise; the notes say which it used
   and the CPU's ``OPTIMIZATION_CAPABILITIES``). Its default-precision output is checked
   by cosine similarity where that precision is not f32;
+* where the CPU has AMX-BF16 or AVX512-BF16 (and MKL), eagerrt compiled once more with
+  ``precision="bfloat16"`` (its output checked by cosine similarity); a CPU without
+  them refuses bfloat16, and the row is left out;
 * where Intel's MKL computes eagerrt's products (the ``mkl`` extra, ``config.blas``),
   eagerrt compiled once more with numpy's OpenBLAS: what that dependency is worth
   (ResNet-18 and MiniLM; ResNet-50 leaves it out, as its rows are the long ones).
@@ -33,7 +36,9 @@ infer requests, its own way of keeping several in flight, though under its defau
 latency hint one stream runs them one after another).
 
 Targets: eagerrt compiled <= 1.0x PyTorch on every model (issue 8), and <= 1.0x the
-faster of ONNX Runtime and OpenVINO fp32 on every model row (issue 23's fp32 target).
+faster of ONNX Runtime and OpenVINO fp32 on every model row (issue 23's fp32 target);
+where bfloat16 runs, eagerrt's bfloat16 plan <= 1.0x OpenVINO at its default precision.
+Accuracy of the bfloat16 plans against float32 is ``bench_bf16.py``'s.
 
 Each timed sample starts after a short idle pause (``SETTLE_S``), so that the threads
 another runtime left spinning have gone to sleep and every contender gets both cores,
@@ -72,6 +77,7 @@ from _common import (
     new_result,
     now_ns,
 )
+from eagerrt.backends.cpu import bf16
 from eagerrt.backends.cpu import blas as _blas
 
 LABELS = {
@@ -83,7 +89,11 @@ LABELS = {
     "compiled_numpy_blas": "eagerrt compiled, numpy's OpenBLAS",
     "openvino_fp32": "OpenVINO fp32",
     "openvino_default": "OpenVINO default precision",
+    "compiled_bf16": "eagerrt compiled, bfloat16 products",
 }
+
+#: Contenders whose products are rounded (checked by cosine, not to 1e-3).
+REDUCED_PRECISION = {"compiled_bf16"}
 
 #: The fp32 runtimes issue 23's fp32 target compares eagerrt compiled with (the faster).
 FP32_ANCHORS = ("onnxruntime", "openvino_fp32")
@@ -99,6 +109,29 @@ BLAS_SETTING = {"compiled_numpy_blas": "numpy"}
 def _blas_for(name: str) -> contextlib.AbstractContextManager[Any]:
     blas = BLAS_SETTING.get(name)
     return contextlib.nullcontext() if blas is None else ert.config.override(blas=blas)
+
+
+def bf16_available() -> bool:
+    """Whether eagerrt runs bfloat16 products here (AMX-BF16 or AVX512-BF16, and MKL)."""
+    try:
+        bf16.require()
+    except ert.PrecisionError:
+        return False
+    return True
+
+
+def _add_bf16(c: Contenders, call: Callable[..., Any], **options: Any) -> None:
+    """Where the CPU has bfloat16 products, the model compiled once more with
+    ``precision="bfloat16"`` (issue 23: against OpenVINO at its default precision)."""
+    if not bf16_available():
+        return
+    reduced = ert.function(call, precision="bfloat16", **options)
+
+    async def run_bf16(x: Any) -> np.ndarray:
+        args = x if isinstance(x, tuple) else (x,)
+        return np.asarray(await (await reduced(*(ert.asarray(a) for a in args))))
+
+    c["compiled_bf16"] = run_bf16
 
 
 def _add_numpy_blas(c: Contenders) -> None:
@@ -154,6 +187,7 @@ def resnet_contenders(
         return np.asarray(await (await compiled(ert.asarray(x))))
 
     c: Contenders = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
+    _add_bf16(c, model.__call__)
     if label == "resnet18":  # ResNet-50's rows are long enough without it
         _add_numpy_blas(c)
     if anchors.any:
@@ -198,6 +232,7 @@ def minilm_contenders(
         return np.asarray(await (await compiled(ert.asarray(ids), ert.asarray(mask))))
 
     c: Contenders = {"torch": run_torch, "eager": run_eager, "compiled": run_compiled}
+    _add_bf16(c, model.__call__, max_traces=64)
     _add_numpy_blas(c)
     if anchors.any:
         onnx_path = torch_reference.export_minilm_onnx(
@@ -334,8 +369,8 @@ LOW_PRECISION_COSINE = 0.999
 
 async def _check_outputs(result: dict[str, Any], label: str, c: Contenders, check: Any) -> None:
     """Equal outputs first, a fast wrong model being no result: every contender within
-    1e-3 of PyTorch's float32 output, or, where OpenVINO chose a reduced precision, each
-    row's cosine similarity at least ``LOW_PRECISION_COSINE``."""
+    1e-3 of PyTorch's float32 output, or, for eagerrt's bfloat16 plans and where OpenVINO
+    chose a reduced precision, each row's cosine similarity at least ``LOW_PRECISION_COSINE``."""
     fig = result["figures"]
     want = await c["torch"](check)
     for name, run in c.items():
@@ -343,15 +378,17 @@ async def _check_outputs(result: dict[str, Any], label: str, c: Contenders, chec
             got = await run(check)
         err = float(np.max(np.abs(got - want)))
         fig[f"{label}_{name}_max_abs_error"] = err
+        reduced = name in REDUCED_PRECISION
         if isinstance(run, OpenVINOContender):
             result["params"][f"{label}_{name}_precision"] = run.precision
-            if run.precision != "f32":
-                rows = np.sum(got * want, 1) / np.linalg.norm(got, axis=1)
-                cosine = float(np.min(rows / np.linalg.norm(want, axis=1)))
-                fig[f"{label}_{name}_min_cosine"] = cosine
-                if cosine < LOW_PRECISION_COSINE:
-                    raise AssertionError(f"{label}: {name}'s cosine to PyTorch is {cosine}")
-                continue
+            reduced = run.precision != "f32"
+        if reduced:
+            rows = np.sum(got * want, 1) / np.linalg.norm(got, axis=1)
+            cosine = float(np.min(rows / np.linalg.norm(want, axis=1)))
+            fig[f"{label}_{name}_min_cosine"] = cosine
+            if cosine < LOW_PRECISION_COSINE:
+                raise AssertionError(f"{label}: {name}'s cosine to PyTorch is {cosine}")
+            continue
         if err > 1e-3:
             raise AssertionError(f"{label}: {name} differs from PyTorch by {err}")
 
@@ -435,6 +472,18 @@ def _report(
             f"{key}_compiled_vs_fp32_anchor",
             f"{title}: eagerrt compiled / faster of ONNX Runtime, OpenVINO fp32 "
             f"({LABELS[fastest]})",
+            ratio,
+            1.0,
+            "<=",
+        )
+    if "compiled_bf16" in samples.names and "openvino_default" in samples.names:
+        # issue 23: bfloat16 against OpenVINO at its default precision (bf16 on these CPUs)
+        ratio = samples.ratio("compiled_bf16", "openvino_default")
+        fig[f"{key}_bf16_vs_openvino_default"] = ratio
+        add_target(
+            result,
+            f"{key}_bf16_vs_openvino_default",
+            f"{title}: eagerrt compiled in bfloat16 / OpenVINO default precision",
             ratio,
             1.0,
             "<=",

@@ -47,6 +47,7 @@ BENCHMARKS = {
     "reliability": "bench_reliability",
     "in_place": "bench_in_place",
     "models": "models",
+    "bf16": "bench_bf16",
 }
 
 

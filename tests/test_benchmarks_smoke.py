@@ -46,6 +46,8 @@ TINY: dict[str, dict[str, Any]] = {
         "settle": 0.0,
     },
     "bench_in_place": {"rows": 20, "cols": 30, "rounds": 2},
+    # ResNet-18 on a few images (ResNet-50 and MiniLM: the same code, seconds more).
+    "bench_bf16": {"resnet18_images": 4, "resnet50_images": 0, "minilm_copies": 0},
 }
 
 
@@ -117,6 +119,40 @@ def test_expected_targets_are_reported() -> None:
                 assert f"{label}_b1_{name}_ms" in models["figures"]
             assert models["params"][f"{label}_openvino_fp32_precision"] == "f32"
             assert f"{label}_openvino_default_precision" in models["params"]
+    accuracy = tiny_result("bench_bf16")
+    if accuracy["figures"]:  # (MKL installed)
+        assert {"resnet18_cosine", "resnet18_top1"} <= set(accuracy["targets"])
+        assert accuracy["targets"]["resnet18_top1"]["passed"]
+
+
+def test_models_time_a_bf16_plan_where_the_cpu_has_bf16(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import asyncio
+
+    import torch
+
+    from eagerrt.backends.cpu import bf16, blas
+
+    if blas.mkl_with_bf16() is None:
+        pytest.skip("bfloat16 products need MKL (the mkl extra)")
+    models = _import("models")
+    monkeypatch.setattr(bf16, "cpu_features", lambda: ("test CPU", frozenset()))
+    contenders, _ = models.resnet_contenders(torch, models.Anchors(), str(tmp_path))
+    assert "compiled_bf16" not in contenders  # a CPU without bfloat16: no such row
+    # As on a CPU with AVX512-BF16 (MKL emulates the products here: what is tested is
+    # that the row is there and its output checked, by cosine).
+    monkeypatch.setattr(bf16, "cpu_features", lambda: ("test CPU", frozenset({"avx512bf16"})))
+    contenders, inputs = models.resnet_contenders(torch, models.Anchors(), str(tmp_path))
+    result = models.new_result("models", "models", True, {})
+    checked = {name: contenders[name] for name in ("torch", "compiled", "compiled_bf16")}
+    asyncio.run(models._check_outputs(result, "resnet18", checked, inputs(2)))
+    figures = result["figures"]
+    assert 0.999 <= figures["resnet18_compiled_bf16_min_cosine"] <= 1.0 + 1e-6
+    # Rounded products: further from PyTorch than the float32 plan.
+    assert (
+        figures["resnet18_compiled_bf16_max_abs_error"] > figures["resnet18_compiled_max_abs_error"]
+    )
 
 
 def test_run_all_formats_and_saves(
