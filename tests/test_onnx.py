@@ -7,6 +7,7 @@ the whole path with dynamic axes. The model tests need torch (the models extra).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -947,6 +948,273 @@ def test_gelu_chain_with_an_intermediate_used_elsewhere_is_kept() -> None:
     _assert_matches(model, {"x": x})
 
 
+# -- linear layers: MatMul by a constant (+ Add of a bias) and Gemm become one eagerrt linear ---
+def _mm_add(bias_first: bool = False) -> list[Any]:
+    add = ["b", "xw"] if bias_first else ["xw", "b"]
+    return [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", add, ["y"])]
+
+
+LINEAR_CASES = {
+    # name: the graph, the op types after the rewrites
+    "matmul-add": (
+        Case(_mm_add(), {"x": _f32(2, 5, 4)}, {"w": _f32(4, 3), "b": _f32(3)}),
+        ["Linear"],
+    ),
+    "bias-first": (
+        Case(_mm_add(True), {"x": _f32(5, 4)}, {"w": _f32(4, 3), "b": _f32(3)}),
+        ["Linear"],
+    ),
+    "vector-input": (
+        Case(_mm_add(), {"x": _f32(4)}, {"w": _f32(4, 3), "b": _f32(3)}),
+        ["Linear"],
+    ),
+    "float64": (
+        Case(
+            _mm_add(),
+            {"x": _f32(3, 4).astype(np.float64)},
+            {"w": _f32(4, 3).astype(np.float64), "b": _f32(3).astype(np.float64)},
+        ),
+        ["Linear"],
+    ),
+    "one-value-bias": (
+        Case(_mm_add(), {"x": _f32(3, 4)}, {"w": _f32(4, 3), "b": _f32(1)}),
+        ["Linear"],
+    ),
+    "no-bias": (
+        Case(
+            [helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": _f32(2, 3, 4)}, {"w": _f32(4, 5)}
+        ),
+        ["Linear"],
+    ),
+    # y + b of shape (1, n) raises a vector input's product to rank 2: kept apart.
+    "rank-2-bias": (
+        Case(_mm_add(), {"x": _f32(4)}, {"w": _f32(4, 3), "b": _f32(1, 3)}),
+        ["Linear", "Add"],
+    ),
+    "computed-bias": (
+        Case(_mm_add(), {"x": _f32(2, 4), "b": _f32(2, 3)}, {"w": _f32(4, 3)}),
+        ["Linear", "Add"],
+    ),
+    "product-read-twice": (
+        Case(
+            [*_mm_add(), helper.make_node("Mul", ["xw", "xw"], ["z"])],
+            {"x": _f32(2, 4)},
+            {"w": _f32(4, 3), "b": _f32(3)},
+            outputs=["y", "z"],
+        ),
+        ["Linear", "Add", "Mul"],
+    ),
+    "computed-weight": (
+        Case(_mm_add(), {"x": _f32(2, 4), "w": _f32(4, 3)}, {"b": _f32(3)}),
+        ["MatMul", "Add"],
+    ),
+    "gemm-transB": (
+        Case(
+            [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)],
+            {"x": _f32(2, 4)},
+            {"w": _f32(3, 4), "b": _f32(3)},
+        ),
+        ["Linear"],
+    ),
+    "gemm-row-bias": (
+        Case(
+            [helper.make_node("Gemm", ["x", "w", "b"], ["y"])],
+            {"x": _f32(2, 4)},
+            {"w": _f32(4, 3), "b": _f32(1, 3)},
+        ),
+        ["Linear"],
+    ),
+    "gemm-no-C": (
+        Case(
+            [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)],
+            {"x": _f32(2, 4)},
+            {"w": _f32(3, 4)},
+        ),
+        ["Linear"],
+    ),
+    "gemm-beta-0": (
+        Case(
+            [helper.make_node("Gemm", ["x", "w", "b"], ["y"], beta=0.0)],
+            {"x": _f32(2, 4)},
+            {"w": _f32(4, 3), "b": _f32(3)},
+        ),
+        ["Linear"],
+    ),
+    "gemm-alpha": (
+        Case(
+            [helper.make_node("Gemm", ["x", "w", "b"], ["y"], alpha=0.5)],
+            {"x": _f32(2, 4)},
+            {"w": _f32(4, 3), "b": _f32(3)},
+        ),
+        ["Gemm"],
+    ),
+    "gemm-full-C": (
+        Case(
+            [helper.make_node("Gemm", ["x", "w", "b"], ["y"])],
+            {"x": _f32(2, 4)},
+            {"w": _f32(4, 3), "b": _f32(2, 3)},
+        ),
+        ["Gemm"],
+    ),
+    "gemm-transA": (
+        Case(
+            [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transA=1)],
+            {"x": _f32(4, 2)},
+            {"w": _f32(4, 3), "b": _f32(3)},
+        ),
+        ["Gemm"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LINEAR_CASES))
+def test_linear_layers_become_one_op(name: str) -> None:
+    case, expected = LINEAR_CASES[name]
+    model = _model(case.nodes, case.inputs, case.outputs, case.initializers)
+    loaded = ert.onnx.load(model)
+    assert [n.op_type for n in loaded.nodes] == expected
+    unfused = [n.op_type for n in ert.onnx.load(model, fuse=False).nodes]
+    assert unfused == [n.op_type for n in case.nodes]
+    _assert_matches(model, case.inputs, loaded=loaded)
+
+
+def test_a_linear_layer_runs_as_linear_in_the_compiled_plan() -> None:
+    x = _f32(4, 8, 16)
+    model = _model(_mm_add(), {"x": x}, ["y"], {"w": _f32(16, 32), "b": _f32(32)})
+    plan = ert.onnx.load(model).function.explain(ert.asarray(x))
+    # PyTorch's (n, k) weight layout, made once at load: the plan's constant.
+    assert "linear(%in0" in plan and "const float32[32, 16]" in plan
+    assert "matmul" not in plan and "const float32[16, 32]" not in plan
+
+
+def test_an_imported_model_takes_a_precision(monkeypatch: pytest.MonkeyPatch) -> None:
+    from eagerrt.backends.cpu import bf16, blas
+
+    x = _f32(4, 8, 16)
+    model = _model(_mm_add(), {"x": x}, ["y"], {"w": _f32(16, 32), "b": _f32(32)})
+    monkeypatch.setattr(bf16, "cpu_features", lambda: ("old CPU", frozenset()))
+    with pytest.raises(ert.PrecisionError, match="AVX512-BF16"):
+        ert.onnx.load(model, precision="bf16").run(x)
+    if blas.mkl_with_bf16() is None:
+        return  # (the products themselves need MKL)
+    monkeypatch.setattr(bf16, "cpu_features", lambda: ("test CPU", frozenset({"avx512bf16"})))
+    loaded = ert.onnx.load(model, precision="bf16")
+    assert "bfloat16 (1): %" in loaded.function.explain(ert.asarray(x))
+    exact = ert.onnx.load(model).run(x).numpy()
+    got = loaded.run(x).numpy()
+    assert not np.array_equal(got, exact)
+    np.testing.assert_allclose(got, exact, rtol=0, atol=0.02 * np.abs(exact).max())
+
+
+def test_a_weight_read_by_two_products_is_transposed_once() -> None:
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"]),
+        helper.make_node("MatMul", ["z", "w"], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["y"]),
+    ]
+    inputs = {"x": _f32(2, 4), "z": _f32(2, 4)}
+    model = _model(nodes, inputs, ["y"], {"w": _f32(4, 3)})
+    loaded = ert.onnx.load(model)
+    first, second = (n for n in loaded.nodes if n.op_type == "Linear")
+    assert first.inputs[1] == second.inputs[1]
+    _assert_matches(model, inputs, loaded=loaded)
+
+
+def _projected_attention(
+    cross: bool,
+) -> tuple[list[Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A BERT attention block as torch exports it: query, key and value each a
+    MatMul + Add of the same input (of ``x`` and ``memory`` with ``cross``),
+    heads split by Reshape and Transpose."""
+    nodes = []
+    weights: dict[str, np.ndarray] = {"heads": _i64([0, 0, 2, 4]), "merged": _i64([0, 0, 8])}
+    for part, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        source = "memory" if cross and part != "q" else "x"
+        weights |= {f"w{part}": _f32(8, 8), f"b{part}": _f32(8)}
+        nodes += [
+            helper.make_node("MatMul", [source, f"w{part}"], [f"{part}_mm"]),
+            helper.make_node("Add", [f"b{part}", f"{part}_mm"], [f"{part}_lin"]),
+            helper.make_node("Reshape", [f"{part}_lin", "heads"], [f"{part}_r"]),
+            helper.make_node("Transpose", [f"{part}_r"], [f"{part}_t"], perm=perm),
+        ]
+    weights["c"] = np.array(0.5**0.5, np.float32)
+    nodes += [
+        helper.make_node("Mul", ["q_t", "c"], ["qs"]),
+        helper.make_node("Mul", ["k_t", "c"], ["kts"]),
+        helper.make_node("MatMul", ["qs", "kts"], ["scores"]),
+        helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v_t"], ["o"]),
+        helper.make_node("Transpose", ["o"], ["o_t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["o_t", "merged"], ["y"]),
+    ]
+    inputs = {"x": _f32(2, 5, 8)} | ({"memory": _f32(2, 6, 8)} if cross else {})
+    return nodes, inputs, weights
+
+
+def test_query_key_and_value_of_one_input_become_one_product() -> None:
+    nodes, inputs, weights = _projected_attention(cross=False)
+    model = _model(nodes, inputs, ["y"], weights)
+    loaded = ert.onnx.load(model)
+    linears = [n for n in loaded.nodes if n.op_type == "Linear"]
+    assert len(linears) == 1 and linears[0].attrs["split"] == [8, 8, 8]
+    assert "ScaledDotProductAttention" in [n.op_type for n in loaded.nodes]
+    _assert_matches(model, inputs, loaded=loaded)
+    plan = loaded.function.explain(ert.asarray(inputs["x"]))
+    products = re.findall(r"^ +%\d+ = (\S+)\(.*: (\S+\[.*\])$", plan, re.MULTILINE)
+    assert [p for p in products if "linear" in p[0]] == [("linear", "float32[2, 5, 24]")]
+
+
+def test_cross_attention_projections_stay_apart() -> None:
+    nodes, inputs, weights = _projected_attention(cross=True)
+    model = _model(nodes, inputs, ["y"], weights)
+    loaded = ert.onnx.load(model)
+    linears = [n for n in loaded.nodes if n.op_type == "Linear"]
+    assert len(linears) == 3 and all("split" not in n.attrs for n in linears)
+    _assert_matches(model, inputs, loaded=loaded)
+
+
+def test_padding_mask_reaches_attention_as_a_boolean_key_mask() -> None:
+    # torch's export of BERT's mask: the padding mask (batch, 1, 1, keys) AND-ed with
+    # a mask made by shape arithmetic (all True), expanded, then Where(keep, 0, -inf).
+    nodes, inputs, constants = _attention_graph(guard=True)
+    nodes = [
+        helper.make_node("Cast", ["keys"], ["keys_bool"], to=TensorProto.BOOL),
+        helper.make_node("Unsqueeze", ["keys_bool", "axes12"], ["keys4"]),
+        helper.make_node(
+            "ConstantOfShape",
+            ["rows_shape"],
+            ["rows"],
+            value=helper.make_tensor("true", TensorProto.BOOL, [1], [True]),
+        ),
+        helper.make_node("And", ["rows", "keys4"], ["keep"]),
+        helper.make_node("Expand", ["keep", "full"], ["keep_full"]),
+        helper.make_node("Where", ["keep_full", "zero", "neg_inf"], ["mask"]),
+        *nodes,
+    ]
+    keys = np.ones((2, 6), np.int64)
+    keys[0, 4:] = 0
+    keys[1, :] = 0  # nothing to attend to: zeros (ONNX: NaN, which the guard zeroes)
+    del inputs["mask"]
+    inputs["keys"] = keys
+    constants |= {
+        "axes12": _i64([1, 2]),
+        "rows_shape": _i64([1, 1, 5, 1]),
+        "full": _i64([2, 1, 5, 6]),
+        "neg_inf": np.array([-np.inf], np.float32),
+    }
+    model = _model(nodes, inputs, ["y"], constants)
+    loaded = ert.onnx.load(model)
+    assert [n.op_type for n in loaded.nodes] == [
+        "Cast", "Unsqueeze", "ConstantOfShape", "ScaledDotProductAttention"
+    ]  # fmt: skip
+    _assert_matches(model, inputs, loaded=loaded)
+    assert not loaded.run(**inputs).numpy()[1].any()
+    plan = loaded.function.explain(*(ert.asarray(inputs[i.name]) for i in loaded.inputs))
+    # The all-True operand dropped out when traced: attention reads the padding mask.
+    assert "logical_and" not in plan and "where" not in plan
+    assert "bool[2, 1, 1, 6]" in plan
+
+
 # -- real models ------------------------------------------------------------------------------
 def test_resnet18_export_matches_onnxruntime(tmp_path: Any) -> None:
     torch = pytest.importorskip("torch")
@@ -961,6 +1229,7 @@ def test_resnet18_export_matches_onnxruntime(tmp_path: Any) -> None:
     )
     model = ert.onnx.load(path)
     assert [str(i) for i in model.inputs] == ["image: float32[batch, 3, 32, 32]"]
+    assert [n.op_type for n in model.nodes][-1] == "Linear"  # the classifier's Gemm
     for batch in (1, 3):
         image = RNG.standard_normal((batch, 3, 32, 32)).astype(np.float32)
         _assert_matches(path.read_bytes(), {"image": image}, atol=1e-4, loaded=model)
@@ -975,8 +1244,11 @@ def test_minilm_export_matches_onnxruntime(tmp_path: Any, pooled: bool) -> None:
     path = reference.export_minilm_onnx(tmp_path / "minilm.onnx", pooled=pooled)
     model = ert.onnx.load(path)
     assert [i.shape for i in model.inputs] == [("batch", "sequence")] * 2
-    op_types = {n.op_type for n in model.nodes}
+    op_types = [n.op_type for n in model.nodes]
     assert "Erf" not in op_types and "Softmax" not in op_types  # GELU and attention fused
+    # Every projection a linear layer: per layer query, key and value stacked, the
+    # attention output, the feed-forward's two.
+    assert "MatMul" not in op_types and op_types.count("Linear") == 6 * 4
     ids = RNG.integers(0, 30522, (3, 11)).astype(np.int64)
     mask = np.ones_like(ids)
     mask[1, 7:] = 0  # padding

@@ -1,6 +1,11 @@
 """Load-time rewrites of ONNX subgraphs into single eagerrt ops (ONNX Runtime
-makes the same two).
+makes the same ones).
 
+* Exporters spell ``nn.Linear`` as ``MatMul`` by a (k, n) constant and ``Add``
+  of the bias (or ``Gemm``). As one ``Linear`` node, the weight transposed
+  once here into PyTorch's (n, k) layout, it runs as :func:`eagerrt.linear`,
+  whose pooled kernels and fused epilogues a model written with eagerrt gets;
+  an attention's query, key and value projections of one input are stacked.
 * Exporters spell GELU out as ``x * 0.5 * (1 + erf(x / sqrt(2)))`` (five nodes
   per use in a BERT layer). Rewritten into one ``Gelu`` node it runs as
   :func:`eagerrt.gelu`, which graph mode fuses into the matmul before it, and
@@ -9,7 +14,10 @@ makes the same two).
   added, a softmax, a guard turning fully masked rows' NaNs into zeros and a
   second matmul. Rewritten into one ``ScaledDotProductAttention`` node it runs
   as :func:`eagerrt.scaled_dot_product_attention` (which gives fully masked
-  rows zeros too), with no (..., L, S) temporaries but its own.
+  rows zeros too), with no (..., L, S) temporaries but its own. A mask
+  ``Where(keep, 0, -inf)`` is taken as the boolean ``keep``, so that BERT's
+  padding mask reaches attention as (batch, 1, 1, keys), which its pooled
+  kernel takes (see :func:`_keep`).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import numpy as np
 
 from .graph import Node
 
-__all__ = ["fuse", "fuse_attention", "fuse_gelu"]
+__all__ = ["fuse", "fuse_attention", "fuse_gelu", "fuse_linear", "prune"]
 
 
 def _value(name: str, constants: Mapping[str, Any], floating: bool = True) -> float | None:
@@ -154,13 +162,51 @@ def _users(nodes: Sequence[Node]) -> tuple[dict[str, Node], dict[str, list[Node]
     return producer, consumers
 
 
+def _filled(name: str, constants: Mapping[str, Any], value: float) -> bool:
+    """Whether ``name`` is a floating constant with every element ``value``."""
+    array = constants.get(name)
+    if array is None:
+        return False
+    array = np.asarray(array)
+    return array.dtype.kind == "f" and array.size > 0 and bool(np.all(array == value))
+
+
+def _keep(
+    mask: str, producer: Mapping[str, Node], constants: Mapping[str, Any]
+) -> list[str] | None:
+    """For an additive mask ``Where(keep, 0, -inf)``: the boolean operands whose
+    AND is ``keep`` (True: may attend), through any ``Expand`` (attention
+    broadcasts its mask, and a mask broadcast from fewer operands broadcasts to
+    the scores as the whole did); else None. They stay apart until traced,
+    when those all True (made by shape arithmetic) drop out."""
+    where = producer.get(mask)
+    if where is None or where.op_type != "Where" or len(where.inputs) != 3:
+        return None
+    if not (
+        _filled(where.inputs[1], constants, 0.0) and _filled(where.inputs[2], constants, -np.inf)
+    ):
+        return None
+
+    def operands(name: str) -> list[str]:
+        node = producer.get(name)
+        if node is not None and node.op_type == "Expand":
+            return operands(node.inputs[0])
+        if node is not None and node.op_type == "And":
+            return [o for i in node.inputs for o in operands(i)]
+        return [name]
+
+    return operands(where.inputs[0])
+
+
 def fuse_attention(
     nodes: Sequence[Node], constants: Mapping[str, Any], graph_outputs: set[str]
 ) -> list[Node]:
     """``nodes`` with every ``softmax((q * a) @ (kT * b) + mask) @ v`` (the mask
     and the scalings optional), followed by PyTorch's ``Where(IsNaN(p), 0, p)``
     guard where there is a mask, replaced by one ``ScaledDotProductAttention``
-    node on ``(q, kT, v[, mask])`` with ``scale = a * b``."""
+    node on ``(q, kT, v[, mask])`` with ``scale = a * b``; where the mask is
+    ``Where(keep, 0, -inf)``, on ``(q, kT, v, *operands)`` with ``keep=1``:
+    the boolean operands whose AND is ``keep`` (see :func:`_keep`)."""
     producer, consumers = _users(nodes)
 
     def single(name: str) -> Node | None:
@@ -234,13 +280,17 @@ def fuse_attention(
             continue
         removed.update(id(n) for n in group)
         last = max(group, key=lambda n: position[id(n)])
-        inputs = [q, kt, out.inputs[1]] + ([mask] if mask is not None else [])
+        attrs: dict[str, Any] = {"scale": a * b}
+        masks = [] if mask is None else [mask]
+        keep = None if mask is None else _keep(mask, producer, constants)
+        if keep is not None:
+            masks, attrs["keep"] = keep, 1
         replacement[id(last)] = Node(
             "ScaledDotProductAttention",
             f"{softmax.name}/attention",
-            inputs,
+            [q, kt, out.inputs[1], *masks],
             list(out.outputs),
-            {"scale": a * b},
+            attrs,
             "",
             softmax.opset,
         )
@@ -249,9 +299,224 @@ def fuse_attention(
     ]
 
 
+#: The dtypes :func:`eagerrt.linear` computes in.
+_LINEAR_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class _Constants:
+    """The arrays the linear rewrite makes (transposed weights, biases as (n,)
+    vectors, stacked projections), under names no value of the graph has, each
+    made once."""
+
+    def __init__(self, nodes: Sequence[Node], constants: Mapping[str, Any]) -> None:
+        self.made: dict[str, np.ndarray] = {}
+        self._constants = constants
+        self._taken = set(constants) | {v for n in nodes for v in (*n.inputs, *n.outputs)}
+        self._cache: dict[tuple[tuple[str, ...], str], str] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """A constant of the graph's or one made here."""
+        made = self.made.get(name)
+        return np.asarray(self._constants[name]) if made is None else made
+
+    def get(self, sources: tuple[str, ...], how: str, make: Any) -> str:
+        """The name of ``make()``, a new array derived from the constants ``sources``."""
+        key = (sources, how)
+        if key not in self._cache:
+            new, i = f"{sources[0]}/{how}", 1
+            while new in self._taken:
+                i += 1
+                new = f"{sources[0]}/{how}{i}"
+            array = np.ascontiguousarray(make())
+            array.flags.writeable = False
+            self.made[new] = array
+            self._taken.add(new)
+            self._cache[key] = new
+        return self._cache[key]
+
+
+def _weight(name: str, constants: Mapping[str, Any]) -> np.ndarray | None:
+    """The constant ``name`` when it is a matrix :func:`eagerrt.linear` takes."""
+    value = constants.get(name)
+    if value is None:
+        return None
+    value = np.asarray(value)
+    return value if value.ndim == 2 and value.dtype in _LINEAR_DTYPES else None
+
+
+def _bias(
+    name: str, constants: Mapping[str, Any], n: int, dtype: np.dtype[Any], max_ndim: int
+) -> np.ndarray | None:
+    """The constant ``name`` as a bias of ``n`` values when adding it to a product
+    of ``n`` columns (and rank ``max_ndim`` at least) is adding that vector to
+    each row: of ``dtype``, of rank at most ``max_ndim``, with leading ones and
+    ``n`` or 1 values; else None."""
+    value = constants.get(name)
+    if value is None:
+        return None
+    value = np.asarray(value)
+    if value.dtype != dtype or value.ndim > max_ndim or value.size not in (1, n):
+        return None
+    if value.ndim and any(d != 1 for d in value.shape[:-1]):
+        return None
+    return value
+
+
+def fuse_linear(
+    nodes: Sequence[Node], constants: Mapping[str, Any], graph_outputs: set[str]
+) -> tuple[list[Node], dict[str, np.ndarray]]:
+    """``nodes`` with every ``MatMul(x, W)`` by a constant (k, n) matrix, with
+    the ``Add`` of a constant bias read from it alone (either order), and every
+    ``Gemm`` that is the same (``transA=0``, ``alpha=1``, constant ``B`` and
+    ``C``), replaced by one ``Linear`` node on ``(x, W.T[, bias])``; and the
+    arrays made (each weight transposed once), new initializers by name."""
+    _, consumers = _users(nodes)
+    made = _Constants(nodes, constants)
+
+    def transposed(name: str, w: np.ndarray) -> str:
+        return made.get((name,), "transposed", lambda: w.T)
+
+    def as_bias(name: str, b: np.ndarray, n: int) -> str:
+        if b.shape == (n,):
+            return name
+        return made.get((name,), "bias", lambda: np.broadcast_to(b.reshape(-1), (n,)))
+
+    position = {id(node): i for i, node in enumerate(nodes)}
+    removed: set[int] = set()
+    replacement: dict[int, Node] = {}
+    for node in nodes:
+        if node.op_type == "MatMul":
+            w = _weight(node.inputs[1], constants)
+            if w is None:
+                continue
+            n = w.shape[1]
+            group, inputs = [node], [node.inputs[0], transposed(node.inputs[1], w)]
+            out = node.outputs[0]
+            users = consumers.get(out, [])
+            if len(users) == 1 and out not in graph_outputs and users[0].op_type == "Add":
+                add = users[0]
+                other = _other(add, out)
+                # A bias of rank 2 or more could raise the rank of a 1-d x's product.
+                b = None if other is None else _bias(other, constants, n, w.dtype, 1)
+                if other is not None and b is not None:
+                    group.append(add)
+                    inputs.append(as_bias(other, b, n))
+                    out = add.outputs[0]
+        elif node.op_type == "Gemm":
+            if node.attr("transA", 0) or float(node.attr("alpha", 1.0)) != 1.0:
+                continue
+            w = _weight(node.inputs[1], constants)
+            if w is None:
+                continue
+            # transB=1: B is already (n, k) (and C-contiguous, as read from the file).
+            trans_b = bool(node.attr("transB", 0))
+            n = w.shape[0] if trans_b else w.shape[1]
+            weight = node.inputs[1] if trans_b else transposed(node.inputs[1], w)
+            inputs = [node.inputs[0], weight]
+            c = node.inputs[2] if len(node.inputs) > 2 else ""
+            beta = float(node.attr("beta", 1.0))
+            if c and beta != 0.0:
+                b = _bias(c, constants, n, w.dtype, 2) if beta == 1.0 else None
+                if b is None:
+                    continue
+                inputs.append(as_bias(c, b, n))
+            group, out = [node], node.outputs[0]
+        else:
+            continue
+        if any(id(g) in removed for g in group):
+            continue
+        removed.update(id(g) for g in group)
+        last = max(group, key=lambda g: position[id(g)])
+        replacement[id(last)] = Node(
+            "Linear", f"{node.name}/linear", inputs, [out], {}, "", node.opset
+        )
+    kept = [
+        replacement.get(id(n), n) for n in nodes if id(n) not in removed or id(n) in replacement
+    ]
+    return _stack_projections(kept, made), made.made
+
+
+#: Ops that only view their input another way, between attention and the linear
+#: layers making its query, key and value.
+_VIEWS = {"Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze"}
+
+
+def _stack_projections(nodes: list[Node], made: _Constants) -> list[Node]:
+    """``nodes`` with the three ``Linear`` nodes that make one attention's query,
+    key and value from the same input (through ``_VIEWS`` only) stacked into
+    one, ``split`` into their outputs: one product with three times the
+    columns, as a model written with eagerrt computes BERT's projections."""
+    producer, _ = _users(nodes)
+
+    def source(name: str) -> Node | None:
+        node = producer.get(name)
+        while node is not None and node.op_type in _VIEWS:
+            node = producer.get(node.inputs[0])
+        if node is None or node.op_type != "Linear" or "split" in node.attrs:
+            return None
+        return node
+
+    position = {id(node): i for i, node in enumerate(nodes)}
+    removed: set[int] = set()
+    replacement: dict[int, Node] = {}
+    for attention in nodes:
+        if attention.op_type != "ScaledDotProductAttention":
+            continue
+        parts = [source(name) for name in attention.inputs[:3]]
+        if any(p is None for p in parts) or len({id(p) for p in parts}) != 3:
+            continue
+        linears: list[Node] = parts  # type: ignore[assignment]
+        if any(id(p) in removed for p in linears):
+            continue
+        if len({p.inputs[0] for p in linears}) != 1 or len({len(p.inputs) for p in linears}) != 1:
+            continue
+        weights = [made[p.inputs[1]] for p in linears]
+        if len({(w.shape[1], w.dtype) for w in weights}) != 1:
+            continue
+        names = tuple(p.inputs[1] for p in linears)
+        inputs = [
+            linears[0].inputs[0],
+            made.get(names, "stacked", lambda w=weights: np.concatenate(w)),
+        ]
+        if len(linears[0].inputs) == 3:
+            biases = tuple(p.inputs[2] for p in linears)
+            stacked = [made[b] for b in biases]
+            inputs.append(made.get(biases, "stacked", lambda b=stacked: np.concatenate(b)))
+        removed.update(id(p) for p in linears)
+        first = min(linears, key=lambda p: position[id(p)])
+        replacement[id(first)] = Node(
+            "Linear",
+            f"{first.name}/stacked",
+            inputs,
+            [p.outputs[0] for p in linears],
+            {"split": [int(w.shape[0]) for w in weights]},
+            "",
+            first.opset,
+        )
+    return [
+        replacement.get(id(n), n) for n in nodes if id(n) not in removed or id(n) in replacement
+    ]
+
+
+def prune(nodes: Sequence[Node], graph_outputs: set[str]) -> list[Node]:
+    """``nodes`` without those whose outputs nothing reads (the rewrites leave
+    some: a mask's ``Where`` whose attention now reads its condition), so that
+    eager calls don't run them either."""
+    kept = list(nodes)
+    while True:
+        read = {name for node in kept for name in node.inputs} | graph_outputs
+        alive = [n for n in kept if any(o in read for o in n.outputs if o)]
+        if len(alive) == len(kept):
+            return alive
+        kept = alive
+
+
 def fuse(
     nodes: Sequence[Node], constants: Mapping[str, Any], graph_outputs: set[str]
-) -> list[Node]:
-    """Every rewrite, in order."""
+) -> tuple[list[Node], dict[str, np.ndarray]]:
+    """Every rewrite, in order, then :func:`prune`; and the arrays the rewrites
+    made (by name: new initializers)."""
     nodes = fuse_gelu(nodes, constants, graph_outputs)
-    return fuse_attention(nodes, constants, graph_outputs)
+    nodes = fuse_attention(nodes, constants, graph_outputs)
+    nodes, made = fuse_linear(nodes, constants, graph_outputs)
+    return prune(nodes, graph_outputs), made

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,14 +21,17 @@ from .ops import SPECS, UnsupportedError, supported_ops
 __all__ = ["OnnxModel", "load"]
 
 
-def load(source: Any, *, fuse: bool = True) -> OnnxModel:
+def load(source: Any, *, fuse: bool = True, precision: str | None = None) -> OnnxModel:
     """Load an ONNX model: a path, the file's bytes or an ``onnx.ModelProto``.
 
     Every node is checked here: an op, attribute or attribute value eagerrt
     does not support raises :class:`~eagerrt.onnx.UnsupportedError` naming the
     node. ``fuse=False`` keeps the subgraphs the importer would rewrite into
     one eagerrt op (GELU spelled out with ``Erf``, attention as matmuls and a
-    softmax) as they are.
+    softmax, a linear layer as ``MatMul`` by its transposed weight and ``Add``)
+    as they are. ``precision``: the compiled calls' matrix-product precision,
+    as :func:`eagerrt.function` takes it (``"bfloat16"`` where the CPU has fast
+    bfloat16 products; None follows ``ert.config.matmul_precision``).
 
     >>> import numpy as np, eagerrt as ert
     >>> from onnx import TensorProto, helper, numpy_helper
@@ -42,7 +46,7 @@ def load(source: Any, *, fuse: bool = True) -> OnnxModel:
     >>> model.run(np.array([[1, -1, 2]], dtype=np.float32)).numpy()
     array([[2., 0., 4.]], dtype=float32)
     """
-    return OnnxModel(read_graph(source), fuse=fuse)
+    return OnnxModel(read_graph(source), fuse=fuse, precision=precision)
 
 
 class OnnxModel:
@@ -59,7 +63,7 @@ class OnnxModel:
     a wrong name, dtype or shape raises a :class:`~eagerrt.UsageError` at the call.
     """
 
-    def __init__(self, graph: Graph, *, fuse: bool = True) -> None:
+    def __init__(self, graph: Graph, *, fuse: bool = True, precision: str | None = None) -> None:
         _validate(graph)
         nodes: list[Node] = graph.nodes
         if fuse:
@@ -69,7 +73,15 @@ class OnnxModel:
                 for n in nodes
                 if n.op_type == "Constant" and "value" in n.attrs
             )
-            nodes = fusion.fuse(nodes, constants, {o.name for o in graph.outputs})
+            outputs = {o.name for o in graph.outputs}
+            nodes, made = fusion.fuse(nodes, constants, outputs)
+            # The rewrites' arrays (transposed weights) join the initializers, and
+            # those no node reads any more (the weights as the file had them) go.
+            read = {name for node in nodes for name in node.inputs} | outputs
+            every = {**graph.initializers, **made}
+            graph = dataclasses.replace(
+                graph, initializers={k: v for k, v in every.items() if k in read}
+            )
         self._graph = graph
         self._nodes = nodes
         # Made once: each weight is the same eagerrt constant in every trace and eager call.
@@ -77,7 +89,7 @@ class OnnxModel:
         self._names = [i.name for i in graph.inputs]
         #: The compiled function behind ``model(...)`` (positional tensors, in
         #: ``model.inputs`` order); ``model.function.explain(*tensors)`` shows its plan.
-        self.function: Function[Any] = ert.function(self._run)
+        self.function: Function[Any] = ert.function(self._run, precision=precision)
 
     # -- description -----------------------------------------------------------------
     @property

@@ -12,6 +12,7 @@ and always arrive as numpy arrays.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -959,8 +960,43 @@ def _global_max_pool(xp: Any, node: Node, x: Any) -> Any:
 
 
 # -- made by the importer's rewrites -----------------------------------------------------------
-@_op("ScaledDotProductAttention", attrs=["scale"], inputs=(3, 4), numpy=False, table=REWRITES)
-def _attention(xp: Any, node: Node, q: Any, kt: Any, v: Any, mask: Any = None) -> Any:
+@_op(
+    "ScaledDotProductAttention",
+    attrs=["scale", "keep"],
+    inputs=(3, 1 << 16),
+    numpy=False,
+    table=REWRITES,
+)
+def _attention(xp: Any, node: Node, q: Any, kt: Any, v: Any, *masks: Any) -> Any:
     # The exporter's key arrives transposed, (..., E, S): a view turns it back.
     k = ert.matrix_transpose(kt)
+    mask = masks[0] if masks else None
+    if node.attr("keep", 0):
+        # Boolean operands of one mask, AND-ed: those known now to be all True
+        # (shape arithmetic's masks) drop out, so that a padding mask reaches
+        # attention as (batch, 1, 1, keys), the form its pooled kernel takes.
+        mask = None
+        for m in masks:
+            if isinstance(m, np.ndarray) and m.all():
+                continue
+            mask = m if mask is None else ert.logical_and(mask, m)
+    if isinstance(mask, np.ndarray):
+        mask = ert.asarray(mask)
     return ert.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=node.attr("scale"))
+
+
+@_op("Linear", attrs=["split"], inputs=(2, 3), outputs=1 << 16, table=REWRITES)
+def _linear(xp: Any, node: Node, x: Any, w: Any, b: Any = None) -> Any:
+    # ``w`` is (n, k): the importer transposed the graph's (k, n) weight once, at load.
+    if xp is np or x.dtype != w.dtype:  # known values, or a product MatMul would promote
+        y = xp.matmul(x, xp.permute_dims(w, (1, 0)))
+        y = y if b is None else xp.add(y, b)
+    else:
+        y = ert.linear(x, w) if b is None else ert.linear(x, w, b)
+    split = node.attr("split")
+    if split is None:
+        return y
+    # Stacked projections (query, key and value): each output a view of its columns.
+    bounds = [int(e) for e in np.cumsum([0, *split])]
+    lead = (slice(None),) * (y.ndim - 1)
+    return tuple(y[(*lead, slice(s, e))] for s, e in itertools.pairwise(bounds))
