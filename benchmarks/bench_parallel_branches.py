@@ -16,6 +16,10 @@ Timed side by side, interleaved, in one process:
 
 speedup = serial time / eagerrt time. Target (from the issue): >= 1.8x on 2 cores.
 
+A second workload is issue 23's: two chains of 6 x ``sin`` + ``add`` on 2M float64
+elements each (numpy ufuncs only), serial vs plain threads vs eagerrt. Target:
+eagerrt's speed-up >= 0.95x plain threads' on the same kernels.
+
 Run: ``python benchmarks/bench_parallel_branches.py [--quick]``.
 """
 
@@ -82,8 +86,88 @@ def eager_chain(x: ert.Tensor, chain_len: int) -> ert.Tensor:
     return x
 
 
+def sin_chain_numpy(x: np.ndarray) -> np.ndarray:
+    for _ in range(SIN_STEPS):
+        x = np.sin(x)
+    return x + 1.0
+
+
+def sin_chain_eager(x: ert.Tensor) -> ert.Tensor:
+    for _ in range(SIN_STEPS):
+        x = ert.sin(x)
+    return x + 1.0
+
+
+#: Issue 23's chains: this many ``sin`` then an ``add``, each op a numpy ufunc.
+SIN_STEPS = 6
+
+
+def sin_chains(result: dict[str, Any], n: int, rounds: int) -> None:
+    """Issue 23's workload: two chains of 6 x ``sin`` + ``add`` on ``n`` float64
+    elements each, serial vs plain threads vs eagerrt; the target compares
+    eagerrt's speed-up with plain threads' on the same kernels."""
+    rng = np.random.default_rng(2)
+    a_np, b_np = rng.standard_normal(n), rng.standard_normal(n)
+    a, b = ert.asarray(a_np), ert.asarray(b_np)
+    pool = ThreadPoolExecutor(2)
+
+    def serial() -> float:
+        start = now_ns()
+        sin_chain_numpy(a_np)
+        sin_chain_numpy(b_np)
+        return (now_ns() - start) / 1e6
+
+    def threads() -> float:
+        start = now_ns()
+        fa, fb = pool.submit(sin_chain_numpy, a_np), pool.submit(sin_chain_numpy, b_np)
+        fa.result()
+        fb.result()
+        return (now_ns() - start) / 1e6
+
+    async def eager() -> float:
+        start = now_ns()
+        ta, tb = sin_chain_eager(a), sin_chain_eager(b)
+        await ta
+        await tb
+        return (now_ns() - start) / 1e6
+
+    async def measure() -> Any:
+        np.testing.assert_allclose(await sin_chain_eager(a), sin_chain_numpy(a_np))
+        return await interleave_async(
+            {"serial": serial, "threads": threads, "eagerrt": eager}, rounds, warm_up=True
+        )
+
+    try:
+        samples = asyncio.run(measure())
+    finally:
+        pool.shutdown()
+    fig = result["figures"]
+    fig["sin_speedup"] = samples.ratio("serial", "eagerrt")
+    fig["sin_threads_speedup"] = samples.ratio("serial", "threads")
+    # Speed-up over plain threads' speed-up: their time over eagerrt's.
+    fig["sin_vs_threads_speedup"] = samples.ratio("threads", "eagerrt")
+    label = f"6 x sin + add chains, {n:,} float64 each"
+    add_row(result, f"{label}: serial (baseline)", samples.best("serial"), "ms", 1.0, "speedup")
+    for name, what in (("threads", "plain threads"), ("eagerrt", "eagerrt")):
+        add_row(
+            result, f"{label}: {what}", samples.best(name), "ms",
+            samples.ratio("serial", name), "speedup", 1.0 / samples.paired_ratio(name, "serial"),
+        )  # fmt: skip
+    add_row(
+        result, f"{label}: eagerrt's speed-up / plain threads'", fig["sin_vs_threads_speedup"],
+        "x", None, "", 1.0 / samples.paired_ratio("eagerrt", "threads"),
+    )  # fmt: skip
+    add_target(result, "sin_vs_threads", "6 x sin + add: eagerrt's speed-up / threads' (issue 23)",
+               fig["sin_vs_threads_speedup"], 0.95, ">=")  # fmt: skip
+
+
 def run(
-    quick: bool = False, *, n: int = 1 << 19, chain_len: int = 4, rounds: int | None = None
+    quick: bool = False,
+    *,
+    n: int = 1 << 19,
+    chain_len: int = 4,
+    rounds: int | None = None,
+    sin_n: int = 2_000_000,
 ) -> dict[str, Any]:
     """Two independent heavy chains: serial numpy vs threads vs eagerrt."""
     rounds = rounds or (3 if quick else 60)
@@ -190,6 +274,7 @@ def run(
         samples.paired_ratio("eagerrt", "threads"),
     )
     add_target(result, "speedup", "speedup = serial / eagerrt", fig["speedup"], 1.8, ">=")
+    sin_chains(result, sin_n, max(3, rounds // 4))
     if fig["threads_speedup"] < 1.8:
         result["notes"].append(
             f"plain threads only reached {fig['threads_speedup']:.2f}x here: the machine did not "

@@ -22,7 +22,7 @@ BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 # Benchmark module -> keyword arguments making its run() take a fraction of a second.
 TINY: dict[str, dict[str, Any]] = {
     "bench_tiny_model": {"n_ops": 10, "rounds": 2, "reps": 3},
-    "bench_parallel_branches": {"n": 20_000, "chain_len": 2, "rounds": 2},
+    "bench_parallel_branches": {"n": 20_000, "chain_len": 2, "rounds": 2, "sin_n": 20_000},
     "bench_io_overlap": {"batches": 3, "n": 20_000, "io_ms": 1.0, "in_flight": 2, "rounds": 2},
     "bench_await_overhead": {"n_ready": 500, "n_hops": 20, "rounds": 2},
     "bench_conv_attention": {"conv_shape": (2, 4, 9, 9), "conv_out": 4, "attn_shape": (1, 2, 8, 8)},
@@ -106,7 +106,7 @@ def test_expected_targets_are_reported() -> None:
     assert "eager_vs_numpy" in tiny["targets"]
     if _import("bench_tiny_model").torch is not None:
         assert "eager_vs_torch" in tiny["targets"]
-    assert "speedup" in tiny_result("bench_parallel_branches")["targets"]
+    assert {"speedup", "sin_vs_threads"} <= set(tiny_result("bench_parallel_branches")["targets"])
     assert "wall_vs_max" in tiny_result("bench_io_overlap")["targets"]
     models = tiny_result("models")
     for label in ("resnet18", "minilm"):

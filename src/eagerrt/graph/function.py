@@ -147,8 +147,10 @@ class Function(Generic[_F]):
         # Traces of calls with only tensor arguments, by _fast_key (a subset of
         # _cache, kept in step with it).
         self._fast: dict[tuple[Any, ...], Compiled] = {}
-        # run_sync's calls by their arrays' shapes and dtypes: what runs them.
+        # run_sync's calls by their arrays' shapes and dtypes: what runs them; calls
+        # of one array by its shape alone: (its dtype, what runs them).
         self._sync: dict[tuple[Any, ...], Callable[[tuple[Any, ...]], Any]] = {}
+        self._sync_one: dict[tuple[int, ...], tuple[np.dtype[Any], Any]] = {}
         self._max_traces = max_traces
         #: How many times the function has been traced (new signatures, evictions).
         self.traces = 0
@@ -220,7 +222,7 @@ class Function(Generic[_F]):
         # setting must not answer calls under the new one.
         if self.precision is None:
             self._fast = {}
-            self._sync = {}
+            self._sync, self._sync_one = {}, {}
 
     def run_sync(self, *arrays: np.ndarray) -> Any:
         """The embedded call path: the compiled plan run on numpy arrays, now,
@@ -243,11 +245,13 @@ class Function(Generic[_F]):
         >>> f.run_sync(np.zeros(3, np.float32))
         array([3., 3., 3.], dtype=float32)
         """
-        if len(arrays) == 1:
+        if len(arrays) == 1 and type(arrays[0]) is np.ndarray:
             a = arrays[0]
-            key: tuple[Any, ...] = (a.shape, a.dtype) if type(a) is np.ndarray else ()
-        else:
-            key = tuple([(a.shape, a.dtype) if type(a) is np.ndarray else () for a in arrays])
+            entry = self._sync_one.get(a.shape)
+            if entry is not None and entry[0] is a.dtype:
+                return entry[1](arrays)
+            return self._sync_runner(arrays)(arrays)
+        key = tuple([(a.shape, a.dtype) if type(a) is np.ndarray else () for a in arrays])
         run = self._sync.get(key)
         if run is None:
             run = self._sync_runner(arrays)
@@ -276,17 +280,17 @@ class Function(Generic[_F]):
                 return outs[0] if one else output_structure(structure, outs)
 
         else:
-            execute = plan.execute
+            execute = plan.runner()
 
             def run(arrays: tuple[Any, ...]) -> Any:
                 try:
-                    outs = execute(arrays)  # type: ignore[arg-type]  # a tuple reads as well
+                    outs = execute(arrays)
                 except StepFailed as failed:
                     raise failed.failure.to_exception() from None
                 return outs[0] if one else output_structure(structure, outs)
 
         if len(arrays) == 1:
-            self._sync[(arrays[0].shape, arrays[0].dtype)] = run
+            self._sync_one[arrays[0].shape] = (arrays[0].dtype, run)
         else:
             self._sync[tuple([(a.shape, a.dtype) for a in arrays])] = run
         return run
@@ -407,7 +411,7 @@ class Function(Generic[_F]):
         """Drop a trace from both caches."""
         dropped = self._cache.pop(key, None)
         self._fast = {k: c for k, c in self._fast.items() if c is not dropped}
-        self._sync = {}  # (rebuilt from the traces kept, on their next calls)
+        self._sync, self._sync_one = {}, {}  # (rebuilt from the kept traces when called)
 
     def compiled_for(self, *args: Any, **kwargs: Any) -> Compiled:
         """The trace these arguments would run (traced now if new; the function

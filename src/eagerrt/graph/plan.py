@@ -15,7 +15,7 @@ import linecache
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +49,7 @@ class Context:
     views (one per segment, then ``collect`` if several), and the current
     output arrays."""
 
-    functions: tuple[Callable[[list[Any], list[Any]], Any], ...]
+    functions: tuple[Callable[[Sequence[Any], list[Any]], Any], ...]
     outputs: list[Any]
 
 
@@ -102,7 +102,7 @@ class Plan:
         self._free.append(ctx)
 
     # -- running ---------------------------------------------------------------
-    def execute(self, inputs: list[Any]) -> list[Any]:
+    def execute(self, inputs: Sequence[Any]) -> list[Any]:
         """Run on input arrays on this thread, segment after segment; returns
         the output arrays (raises :class:`StepFailed` naming the failing step)."""
         ctx = self.begin()
@@ -118,6 +118,38 @@ class Plan:
             raise StepFailed(self.failure(exc)) from None
         finally:
             self.release(ctx)
+
+    def runner(self) -> Callable[[Sequence[Any]], list[Any]]:
+        """:meth:`execute` for a caller that runs the plan over and over on its
+        own thread (``Function.run_sync``, the embedded path): the same work,
+        with a one-segment plan's context handling written out in one function
+        (four Python calls fewer: 0.3 of a call's 1.2 us overhead on the tiny
+        model)."""
+        if len(self.segments) != 1:
+            return self.execute
+        free, buffered, new_context = self._free, self._buffered_outputs, self._new_context
+        getrefcount, failure = sys.getrefcount, self.failure
+
+        def run(inputs: Sequence[Any]) -> list[Any]:
+            try:
+                ctx = free.pop()
+            except IndexError:
+                ctx = new_context()
+            outs = ctx.outputs
+            for i in buffered:  # as begin(): a new buffer where the caller still holds one
+                out = outs[i]
+                if getrefcount(out) > 3:  # (the list, `out` and getrefcount's argument)
+                    outs[i] = np.empty(out.shape, out.dtype)
+                elif not out.flags.writeable:
+                    out.flags.writeable = True
+            try:
+                return ctx.functions[0](inputs, outs)
+            except Exception as exc:
+                raise StepFailed(failure(exc)) from None
+            finally:
+                free.append(ctx)
+
+        return run
 
     def step_values(self, inputs: list[Any]) -> dict[int, Any]:
         """What a step-by-step run starts from: the inputs and constants by value id."""
@@ -211,7 +243,7 @@ class Plan:
                     values[v.id] = r
         return best
 
-    def registers(self, inputs: list[Any]) -> list[Any]:
+    def registers(self, inputs: Sequence[Any]) -> list[Any]:
         return [*inputs, *([None] * (self.n_registers - len(inputs)))]
 
     def begin(self) -> Context:
