@@ -92,8 +92,9 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 async def _resnet(
     result: dict[str, Any], label: str, images: int, batch: int, size: int
-) -> tuple[np.ndarray, np.ndarray, Any]:
-    """Logits of ``images`` random images, float32 and bfloat16, and the torch model."""
+) -> tuple[np.ndarray, np.ndarray, Any, np.ndarray]:
+    """Logits of ``images`` random images, float32 and bfloat16, the torch model
+    and the images."""
     reference = example_model("torch_reference")
     if label == "resnet18":
         torch_model: Any = reference.random_resnet18(seed=0)
@@ -108,12 +109,13 @@ async def _resnet(
     exact = ert.function(model.__call__)
     reduced = ert.function(model.__call__, precision="bfloat16")
     rng = np.random.default_rng(1)
-    f32, b16 = [], []
+    f32, b16, inputs = [], [], []
     for _ in range(max(1, images // batch)):
-        x = ert.asarray(rng.standard_normal((batch, 3, size, size)).astype(np.float32))
+        inputs.append(rng.standard_normal((batch, 3, size, size)).astype(np.float32))
+        x = ert.asarray(inputs[-1])
         f32.append(np.asarray(await (await exact(x))))
         b16.append(np.asarray(await (await reduced(x))))
-    return np.concatenate(f32), np.concatenate(b16), torch_model
+    return np.concatenate(f32), np.concatenate(b16), torch_model, np.concatenate(inputs)
 
 
 #: Cosines are near 1: the tables show 1 - cosine, in parts per million.
@@ -195,18 +197,25 @@ def run(
     async def measure() -> None:
         with _bf16_products(result):
             if r18:
-                f32, b16, _ = await _resnet(result, "resnet18", r18, min(32, r18), 32)
+                f32, b16, _, _ = await _resnet(result, "resnet18", r18, min(32, r18), 32)
                 _report_logits(result, "resnet18", f32, b16)
             if r50:
-                f32, b16, torch_model = await _resnet(result, "resnet50", r50, min(8, r50), 224)
+                f32, b16, torch_model, images = await _resnet(
+                    result, "resnet50", r50, min(8, r50), 224
+                )
                 _report_logits(result, "resnet50", f32, b16)
-                images = np.random.default_rng(1).standard_normal((min(8, r50), 3, 224, 224))
-                theirs = _torch_bf16_operands(torch_model, images.astype(np.float32))
-                cos = _cosines(f32[: len(theirs)], theirs)
+                theirs = _torch_bf16_operands(torch_model, images)
+                cos = _cosines(f32, theirs)
+                agree = float((f32.argmax(1) == theirs.argmax(1)).mean())
                 result["figures"]["resnet50_torch_bf16_cosine_min"] = float(cos.min())
+                result["figures"]["resnet50_torch_bf16_top1_agreement"] = agree
                 add_row(
                     result, f"resnet50: PyTorch's bfloat16-operand arithmetic, 1 - cosine, "
                     f"worst of {len(theirs)}", (1 - cos.min()) * PPM, "ppm",
+                )  # fmt: skip
+                add_row(
+                    result, "resnet50: PyTorch's bfloat16-operand arithmetic, same top class",
+                    agree * 100, "%",
                 )  # fmt: skip
             if copies:
                 await _minilm(result, copies)
