@@ -255,3 +255,30 @@ def test_explain_says_which_steps_run_in_which_precision(fast_bf16: None) -> Non
     f32_line = next(line for line in text.splitlines() if line.startswith("  float32 ("))
     assert "linear" in bf16_line and "scaled_dot_product_attention" in f32_line
     assert "precision: float32" in ert.function(fn).explain(x)
+
+
+def test_concurrent_bf16_calls_on_the_workers_agree(fast_bf16: None) -> None:
+    import asyncio
+
+    w, c = ert.asarray(rand(256, 128)), ert.asarray(rand(8, 3, 3, 3))
+
+    async def model(x: ert.Tensor, image: ert.Tensor) -> tuple[ert.Tensor, ert.Tensor]:
+        return ert.gelu(ert.linear(x, w)), ert.relu(ert.conv2d(image, c, padding=1))
+
+    f = ert.function(model, precision="bfloat16")
+    inputs = [(ert.asarray(rand(600, 128)), ert.asarray(rand(2, 3, 20, 20))) for _ in range(6)]
+
+    async def each_alone() -> list[list[np.ndarray]]:
+        return [[t.numpy() for t in await f(*args)] for args in inputs]
+
+    async def all_at_once() -> list[list[np.ndarray]]:
+        calls = await asyncio.gather(*(f(*args) for args in inputs))
+        return [[np.asarray(await t) for t in pair] for pair in calls]
+
+    alone = asyncio.run(each_alone())
+    with ert.config.override(graph_inline_threshold_ns=0):  # every call to the workers
+        together = asyncio.run(all_at_once())
+    for one, two in zip(alone, together, strict=True):
+        for a, b in zip(one, two, strict=True):
+            # (MKL may sum in another order on one thread than on its pool.)
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(a).max())

@@ -203,7 +203,8 @@ def linear_into(
     xb = round_to_bf16(x.reshape(m, k), threads.work_array("bf16 rows", (m, k), _BITS))
     target = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
     out2 = threads.work_view(target, (m, weight.n))
-    _product(mkl, xb, weight, out2)
+    # On MKL's threads, or held to this one while other tasks have the other cores.
+    threads.on_blas_threads(lambda single: _product(mkl, xb, weight, out2))
     if bias is not None or epilogue is not None:
         units = -(-m // _SPLIT_ROWS)
         if units >= 2 and config.num_threads >= 2:
@@ -299,12 +300,32 @@ def conv2d_into(
     (groups, O / groups, C / groups * kh * kw)), the bias, then ``epilogue``
     on the image."""
     mkl = _mkl()
-    og, taps = wbits.shape[1:]
     pixels = g.ho * g.wo
     cols = threads.work_array("bf16 cols", (g.c * g.kh * g.kw, pixels), _BITS)
     bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
     flat = out.reshape(g.n, g.o, pixels)
     window = np.array([g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw], np.int64)
+    # On MKL's threads, or held to this one while other tasks have the other cores.
+    threads.on_blas_threads(
+        lambda single: _conv_images(mkl, x, bits, cols, wbits, bias, g, flat, window, epilogue)
+    )
+
+
+def _conv_images(
+    mkl: Any,
+    x: np.ndarray,
+    bits: np.ndarray,
+    cols: np.ndarray,
+    wbits: np.ndarray,
+    bias: np.ndarray | None,
+    g: ConvGeometry,
+    flat: np.ndarray,
+    window: np.ndarray,
+    epilogue: Callable[[int, int], None] | None,
+) -> None:
+    """:func:`conv2d_into`'s images, one after another."""
+    og, taps = wbits.shape[1:]
+    pixels = g.ho * g.wo
     for image in range(g.n):
         if _plain(g):
             round_to_bf16(x[image].reshape(g.c, pixels), cols)
