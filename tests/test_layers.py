@@ -136,11 +136,12 @@ def test_each_device_names_a_backend_in_the_backends_layer(name: str) -> None:
 #: Lines src/eagerrt may hold: under the 30,618 it had before issue 22's
 #: redesign, which added the backend seam, generic kernels, the device contract
 #: and the core's surface and then paid for them by simplifying (30,446 lines
-#: after it). Issue 23 raised it by 900 for new capabilities: the precision
-#: setting and the CPU's bfloat16 products (about 650 lines), and the ONNX
-#: importer's linear-layer rewrite (about 300). Raise it only with a reason
-#: said in the commit.
-SRC_LINE_BUDGET = 31_500
+#: after it). Issue 23 raised it by 1,000 for new capabilities: the precision
+#: setting and the CPU's bfloat16 products (about 650 lines), the ONNX
+#: importer's linear-layer rewrite (about 300) and the embedded call path,
+#: ``Function.run_sync`` (about 100). Raise it only with a reason said in the
+#: commit.
+SRC_LINE_BUDGET = 31_600
 
 
 def test_src_stays_within_its_line_budget() -> None:
