@@ -19,8 +19,8 @@ float32 for now (``explain()`` lists which steps run in which precision).
 >>> import numpy as np
 >>> from eagerrt.backends.cpu import bf16
 >>> bits = bf16.round_to_bf16(np.array([1.0, 1.00390625, 3.14159], np.float32))
->>> bf16.widen(bits)  # 1 + 2**-8 is a tie: to the even neighbour, 1.0
-array([1.     , 1.     , 3.140625], dtype=float32)
+>>> bf16.widen(bits).tolist()  # 1 + 2**-8 is a tie: to the even neighbour, 1.0
+[1.0, 1.0, 3.140625]
 """
 
 from __future__ import annotations
