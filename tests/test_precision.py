@@ -154,8 +154,12 @@ def test_large_arrays_round_on_the_pool_the_same() -> None:
 # -- bfloat16 products ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rows", [1, 37, 1500])  # 1500: the epilogue on two threads
-def test_linear_with_bias_and_epilogue_in_bf16(fast_bf16: None, rows: int) -> None:
+@pytest.mark.parametrize(
+    ("rows", "workers"),
+    [(1, 2), (37, 2), (1500, 2), (1500, 1)],  # 1500: the epilogue in units of rows
+)
+def test_linear_with_bias_and_epilogue_in_bf16(fast_bf16: None, rows: int, workers: int) -> None:
+    ert.config.num_threads = workers  # (one: every unit on this thread)
     w, b = ert.asarray(rand(96, 64)), ert.asarray(rand(96))
     x = rand(rows, 64)
     f = ert.function(lambda x: ert.relu(ert.linear(x, w, b)) * 2.0, precision="bfloat16")
@@ -209,6 +213,35 @@ def test_conv2d_in_bf16(
 
     want_bf16 = reference(rounded(x), rounded(w))  # float64: exact sums of rounded operands
     bf16_error(got, want_bf16, reference(x, w))
+
+
+def test_convolutions_round_the_same_off_the_pool(
+    fast_bf16: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eagerrt.backends.cpu import shared_pool
+
+    c = ert.asarray(rand(6, 4, 3, 3))
+    x = ert.asarray(rand(2, 4, 11, 9))
+    on_pool = ert.function(lambda x: ert.conv2d(x, c, padding=1), precision="bf16")(x).numpy()
+    monkeypatch.setattr(shared_pool, "ready", lambda: False)
+    alone = ert.function(lambda x: ert.conv2d(x, c, padding=1), precision="bf16")(x).numpy()
+    np.testing.assert_array_equal(on_pool, alone)
+
+
+def test_changing_the_setting_keeps_the_fast_path(fast_bf16: None) -> None:
+    w = ert.asarray(rand(8, 8))
+    f = ert.function(lambda x: x @ w)
+    x = ert.asarray(rand(4, 8))
+    f(x)
+    assert len(f._fast) == 1
+    ert.config.matmul_precision = "float32"  # the same value: nothing to forget
+    assert len(f._fast) == 1
+    ert.config.matmul_precision = "bfloat16"
+    assert not f._fast  # traces of float32 must not answer bfloat16 calls
+    f(x)
+    ert.config.matmul_precision = "float32"
+    f(x)  # its float32 trace, found by the slow path, is fast again
+    assert len(f._fast) == 1 and f.traces == 2
 
 
 def test_float32_stays_bit_for_bit_what_it_was(fast_bf16: None) -> None:

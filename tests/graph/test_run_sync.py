@@ -80,6 +80,8 @@ def test_arguments_must_be_arrays(bad: Any) -> None:
         f.run_sync(bad)
     with pytest.raises(ert.UsageError, match="argument 0 is Tensor"):
         f.run_sync(ert.asarray(np.ones(2)))
+    with pytest.raises(ert.UsageError, match="byte order; argument 0 is >f4"):
+        f.run_sync(np.ones(2, ">f4"))
 
 
 def test_a_graph_spanning_devices_runs_op_by_op() -> None:

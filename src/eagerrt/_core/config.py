@@ -84,9 +84,10 @@ class Config:
     cuda_cudnn: bool = True
     #: The precision of compiled functions' matrix products
     #: (``EAGERRT_MATMUL_PRECISION``): ``"float32"``, exact (the default), or
-    #: ``"bfloat16"``, bfloat16 operands with float32 accumulation where the
-    #: device has fast bfloat16 products (see :mod:`eagerrt._core.precision`).
-    #: Read when a function is traced; ``ert.function(precision=...)`` overrides it.
+    #: ``"bfloat16"``, bfloat16 operands with float32 accumulation (a device
+    #: without fast bfloat16 products raises ``PrecisionError`` at a compiled
+    #: function's first call; see :mod:`eagerrt._core.precision`). Read when a
+    #: function is traced; ``ert.function(precision=...)`` overrides it.
     matmul_precision: str = precision.FLOAT32
     #: Cost-model constants, in nanoseconds (see ``eagerrt.calibrate``): a tiny
     #: numpy call, a float32 add per element on 4 MB arrays, and a float32
@@ -143,10 +144,12 @@ class Config:
     def __setattr__(self, name: str, value: object) -> None:
         if name == "blas" and value not in _BLAS_CHOICES:
             raise ValueError(f"config.blas must be one of {_BLAS_CHOICES}, got {value!r}")
+        changed_precision = False
         if name == "matmul_precision":
             value = precision.canonical(value)
+            changed_precision = self.__dict__.get(name) != value
         object.__setattr__(self, name, value)
-        if name == "matmul_precision":
+        if changed_precision:
             for listener in self.__dict__.get("_precision_listeners", ()):
                 listener()
         if name in ("sync", "inline_threshold_ns") and "_listeners" in self.__dict__:

@@ -4,14 +4,16 @@ ecosystem spells it (PyTorch's ``torch.set_float32_matmul_precision``, JAX's
 
 ``"float32"`` (the default) keeps every product exact to float32, as it always
 was. ``"bfloat16"`` lets a device multiply float32 products with bfloat16
-operands and float32 accumulation (the CPU: linear layers, matmuls by a weight
-and convolutions on AMX or AVX512-BF16; see
+operands and float32 accumulation (the CPU: linear layers, matmuls by a 2-D
+operand and convolutions on AMX or AVX512-BF16; see
 :mod:`eagerrt.backends.cpu.bf16`); normalizations, softmax, sums and every
 elementwise op stay float32. It is asked for globally
 (``ert.config.matmul_precision``, ``EAGERRT_MATMUL_PRECISION``) or per compiled
 function (``ert.function(precision=...)``), and applies to compiled plans,
 where weights are converted once, when the plan is made. Eager ops always run
-in float32.
+in float32. A device or CPU that can't run bfloat16 products at speed raises
+:class:`PrecisionError` at a compiled function's first call, whether the
+global setting or the function asked.
 
 While a backend compiles a graph, ``compiling()`` holds the graph's
 precision, which the backend's out forms read with ``current()``.
@@ -74,7 +76,8 @@ def canonical(name: object) -> str:
         if key in _ALIASES:
             return _ALIASES[key]
     raise ArgumentError(
-        f"matmul precision must be one of {PRECISIONS} (or 'bf16', 'fp32'), got {name!r}"
+        f"matmul precision must be one of {PRECISIONS} (or 'bf16', 'fp32', 'f32', "
+        f"'highest'), got {name!r}"
     )
 
 

@@ -192,6 +192,7 @@ class Function(Generic[_F]):
             compiled = self._compile_once_sync(args, kwargs, key)
         else:
             self._cache.move_to_end(key)
+            self._remember_fast(key, args, kwargs, compiled)
         return compiled.call(leaves)
 
     async def _call_async(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -208,6 +209,7 @@ class Function(Generic[_F]):
             compiled = await self._compile_once_async(args, kwargs, key)
         else:
             self._cache.move_to_end(key)
+            self._remember_fast(key, args, kwargs, compiled)
         return compiled.call(leaves)
 
     def _key(self, leaves: list[Any], tree: Any) -> tuple[Any, ...]:
@@ -267,8 +269,18 @@ class Function(Generic[_F]):
                 f"{type(arrays[bad[0]]).__name__} (call the function itself for tensors "
                 "and static arguments)"
             )
-        tensors = [asarray(a) for a in arrays]
-        compiled = self.compiled_for(*tensors)
+        foreign = [i for i, a in enumerate(arrays) if not a.dtype.isnative]
+        if foreign:
+            raise UsageError(
+                f"{self._name}.run_sync takes arrays in this machine's byte order; argument "
+                f"{foreign[0]} is {arrays[foreign[0]].dtype.str} (convert it with "
+                "a.astype(a.dtype.newbyteorder('='))"
+            )
+        tensors = tuple(asarray(a) for a in arrays)
+        leaves, tree = pytree.flatten((tensors, {}))
+        key = self._key(leaves, tree)
+        # (Concurrent first calls of one signature compile it once, as f(x)'s do.)
+        compiled = self._cache.get(key) or self._compile_once_sync(tensors, {}, key)
         if compiled.positions != list(range(len(arrays))):
             raise UsageError(f"{self._name}.run_sync: every argument must be a graph input")
         plan, structure = compiled.plan, compiled.structure
@@ -289,6 +301,8 @@ class Function(Generic[_F]):
                     raise failed.failure.to_exception() from None
                 return outs[0] if one else output_structure(structure, outs)
 
+        if key[-1] != self._precision_now():  # the setting changed meanwhile: don't keep it
+            return run
         if len(arrays) == 1:
             self._sync_one[arrays[0].shape] = (arrays[0].dtype, run)
         else:
@@ -400,12 +414,27 @@ class Function(Generic[_F]):
         compiled = Compiled(graph, plan, structure, positions)
         self.traces += 1
         self._cache[key] = compiled
-        fast = _fast_key(args) if not kwargs else None
-        if fast is not None and positions == list(range(len(args))):
-            self._fast[fast] = compiled
+        self._remember_fast(key, args, kwargs, compiled)
         while len(self._cache) > self._max_traces:
             self._forget(next(iter(self._cache)))  # the least recently used
         return compiled
+
+    def _remember_fast(
+        self,
+        key: tuple[Any, ...],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        compiled: Compiled,
+    ) -> None:
+        """Let calls of only these tensors find ``compiled`` without flattening
+        (again, after a change of precision emptied the fast path), unless it
+        was traced under another precision than the one now in force (a
+        compile that a change of setting overtook)."""
+        if kwargs or key[-1] != self._precision_now():
+            return
+        fast = _fast_key(args)
+        if fast is not None and compiled.positions == list(range(len(args))):
+            self._fast[fast] = compiled
 
     def _forget(self, key: tuple[Any, ...]) -> None:
         """Drop a trace from both caches."""

@@ -1,5 +1,5 @@
 """bfloat16 products on the CPU: what a plan compiled with
-``precision="bfloat16"`` runs for its linear layers, matmuls by a weight and
+``precision="bfloat16"`` runs for its linear layers, matmuls by a 2-D operand and
 convolutions (see :mod:`eagerrt._core.precision`).
 
 Operands are rounded to bfloat16 (to nearest, ties to even, as PyTorch and
@@ -81,10 +81,15 @@ def require() -> None:
             "would run slower than float32. Use precision='float32' (the default)"
         )
     if blas.mkl_with_bf16() is None:
+        where = (
+            "this MKL has no cblas_gemm_bf16bf16f32_compute (MKL 2021 or newer has)"
+            if blas.backend() == "mkl"
+            else f"MKL is not the BLAS here (config.blas={config.blas!r}): "
+            "pip install 'eagerrt[mkl]'"
+        )
         raise PrecisionError(
             "matmul precision 'bfloat16' multiplies through Intel MKL's "
-            "cblas_gemm_bf16bf16f32, and MKL is not the BLAS here "
-            f"(config.blas={config.blas!r}): pip install 'eagerrt[mkl]'"
+            f"cblas_gemm_bf16bf16f32, and {where}"
         )
 
 
@@ -161,8 +166,7 @@ class Bf16Weight:
     as much as the product on AMX)."""
 
     def __init__(self, weight: np.ndarray, rows: int | None = None) -> None:
-        mkl = blas.mkl_with_bf16()
-        assert mkl is not None  # require() was called
+        mkl = _mkl()
         self.n, self.k = weight.shape
         self.bits = round_to_bf16(weight)
         self.rows = rows
@@ -210,7 +214,7 @@ def linear_into(
         if units >= 2 and config.num_threads >= 2:
             threads.shared_by_two(_finish_rows, units, m, out2, bias, epilogue)
         else:
-            _finish_rows(m, out2, bias, epilogue, (0,), True)
+            _finish_rows(m, out2, bias, epilogue, range(units), True)
     if target is not out:
         out[...] = target
 
@@ -253,16 +257,16 @@ def linear_form(
 # -- convolutions ----------------------------------------------------------------------
 
 
-@numba.njit(parallel=True, nogil=True, cache=True)
-def _im2col_rounded(
-    image: Any, cols: Any, window: Any, ho: int, wo: int
+@numba.njit(nogil=True, cache=True)
+def _im2col_channels(
+    image: Any, cols: Any, window: Any, ho: int, wo: int, c0: int, c1: int
 ) -> None:  # pragma: no cover - compiled
-    """``cols`` (C * kh * kw, ho * wo) = the bfloat16 bits of one image's
-    im2col matrix (``image``: the float32 bits (C, H, W); ``window``: (kh, kw,
-    sh, sw, ph, pw, dh, dw)), zeros for padding."""
+    """Rows of ``cols`` (C * kh * kw, ho * wo) for channels [c0, c1): the bfloat16
+    bits of one image's im2col matrix (``image``: the float32 bits (C, H, W);
+    ``window``: (kh, kw, sh, sw, ph, pw, dh, dw)), zeros for padding."""
     kh, kw, sh, sw, ph, pw, dh, dw = window
-    channels, height, width = image.shape
-    for c in numba.prange(channels):
+    height, width = image.shape[1], image.shape[2]
+    for c in range(c0, c1):
         for i in range(kh):
             for j in range(kw):
                 row = (c * kh + i) * kw + j
@@ -281,9 +285,29 @@ def _im2col_rounded(
                             cols[row, base + ox] = 0
 
 
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _im2col_parallel(
+    image: Any, cols: Any, window: Any, ho: int, wo: int
+) -> None:  # pragma: no cover - compiled
+    channels = image.shape[0]
+    for c in numba.prange(channels):
+        _im2col_channels(image, cols, window, ho, wo, c, c + 1)
+
+
+def _im2col_rounded(
+    image: np.ndarray, cols: np.ndarray, window: np.ndarray, ho: int, wo: int
+) -> None:
+    """One image's rounded im2col matrix, on the pool where numba's loops run
+    there (:func:`shared_pool.ready`), else on this thread."""
+    if shared_pool.ready():
+        _im2col_parallel(image, cols, window, ho, wo)
+    else:
+        _im2col_channels(image, cols, window, ho, wo, 0, image.shape[0])
+
+
 def _plain(g: ConvGeometry) -> bool:
     """A 1x1, stride-1, unpadded convolution: the image is its own im2col matrix."""
-    return (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw) == (1, 1, 1, 1, 0, 0) and g.ho == g.h
+    return (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw) == (1, 1, 1, 1, 0, 0) and (g.ho, g.wo) == (g.h, g.w)
 
 
 def conv2d_into(
