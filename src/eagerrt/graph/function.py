@@ -253,15 +253,18 @@ class Function(Generic[_F]):
             if entry is not None and entry[0] is a.dtype:
                 return entry[1](arrays)
             return self._sync_runner(arrays)(arrays)
-        key = tuple([(a.shape, a.dtype) if type(a) is np.ndarray else () for a in arrays])
-        run = self._sync.get(key)
+        shapes = tuple([(a.shape, a.dtype) if type(a) is np.ndarray else () for a in arrays])
+        run = self._sync.get(shapes)
         if run is None:
-            run = self._sync_runner(arrays)
+            run = self._sync_runner(arrays, shapes)
         return run(arrays)
 
-    def _sync_runner(self, arrays: tuple[Any, ...]) -> Callable[[tuple[Any, ...]], Any]:
+    def _sync_runner(
+        self, arrays: tuple[Any, ...], shapes: tuple[Any, ...] | None = None
+    ) -> Callable[[tuple[Any, ...]], Any]:
         """What runs :meth:`run_sync`'s calls of these arrays' shapes and dtypes
-        (traced now if new), kept for the next."""
+        (traced now if new), kept for the next: under ``shapes`` (their shapes
+        and dtypes), or for one array by its shape."""
         bad = [i for i, a in enumerate(arrays) if type(a) is not np.ndarray]
         if bad:
             raise UsageError(
@@ -292,7 +295,7 @@ class Function(Generic[_F]):
                 return outs[0] if one else output_structure(structure, outs)
 
         else:
-            execute = plan.runner()
+            execute = plan.execute
 
             def run(arrays: tuple[Any, ...]) -> Any:
                 try:
@@ -303,10 +306,10 @@ class Function(Generic[_F]):
 
         if key[-1] != self._precision_now():  # the setting changed meanwhile: don't keep it
             return run
-        if len(arrays) == 1:
+        if shapes is None:
             self._sync_one[arrays[0].shape] = (arrays[0].dtype, run)
         else:
-            self._sync[tuple([(a.shape, a.dtype) for a in arrays])] = run
+            self._sync[shapes] = run
         return run
 
     def eager(self, *args: Any, **kwargs: Any) -> Any:

@@ -92,12 +92,6 @@ class Plan:
         ]
         return Context(functions, outputs)
 
-    def acquire(self) -> Context:
-        try:
-            return self._free.pop()
-        except IndexError:
-            return self._new_context()
-
     def release(self, ctx: Context) -> None:
         self._free.append(ctx)
 
@@ -117,39 +111,7 @@ class Plan:
         except Exception as exc:
             raise StepFailed(self.failure(exc)) from None
         finally:
-            self.release(ctx)
-
-    def runner(self) -> Callable[[Sequence[Any]], list[Any]]:
-        """:meth:`execute` for a caller that runs the plan over and over on its
-        own thread (``Function.run_sync``, the embedded path): the same work,
-        with a one-segment plan's context handling written out in one function
-        (four Python calls fewer: 0.3 of a call's 1.2 us overhead on the tiny
-        model)."""
-        if len(self.segments) != 1:
-            return self.execute
-        free, buffered, new_context = self._free, self._buffered_outputs, self._new_context
-        getrefcount, failure = sys.getrefcount, self.failure
-
-        def run(inputs: Sequence[Any]) -> list[Any]:
-            try:
-                ctx = free.pop()
-            except IndexError:
-                ctx = new_context()
-            outs = ctx.outputs
-            for i in buffered:  # as begin(): a new buffer where the caller still holds one
-                out = outs[i]
-                if getrefcount(out) > 3:  # (the list, `out` and getrefcount's argument)
-                    outs[i] = np.empty(out.shape, out.dtype)
-                elif not out.flags.writeable:
-                    out.flags.writeable = True
-            try:
-                return ctx.functions[0](inputs, outs)
-            except Exception as exc:
-                raise StepFailed(failure(exc)) from None
-            finally:
-                free.append(ctx)
-
-        return run
+            self._free.append(ctx)  # release(), written out: a small plan's call feels each call
 
     def step_values(self, inputs: list[Any]) -> dict[int, Any]:
         """What a step-by-step run starts from: the inputs and constants by value id."""
@@ -248,7 +210,10 @@ class Plan:
 
     def begin(self) -> Context:
         """A context for one execution, its output buffers ready to write."""
-        ctx = self.acquire()
+        try:
+            ctx = self._free.pop()  # a released one, or a new one
+        except IndexError:
+            ctx = self._new_context()
         outs = ctx.outputs
         for i in self._buffered_outputs:
             # Only the list and getrefcount's argument hold it, unless the caller
