@@ -59,6 +59,40 @@ def _other(node: Node, name: str) -> str | None:
     return b if a == name else a
 
 
+class _Rewrite:
+    """Groups of ``nodes`` each replaced by one node, every other node kept in
+    order: what each rewrite below does with the groups it finds."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self._nodes = nodes
+        self._position = {id(node): i for i, node in enumerate(nodes)}
+        self._removed: set[int] = set()
+        self._replacement: dict[int, Node] = {}
+
+    def taken(self, group: Sequence[Node]) -> bool:
+        """Whether a node of ``group`` already went into another replacement."""
+        return any(id(n) in self._removed for n in group)
+
+    def earliest(self, group: Sequence[Node]) -> Node:
+        """The node of ``group`` that comes first in order."""
+        return min(group, key=lambda n: self._position[id(n)])
+
+    def replace(self, group: Sequence[Node], node: Node, *, at_first: bool = False) -> None:
+        """``group`` by ``node``, which stands where the group's last node stood
+        (its inputs are all made by then), or its first (``at_first``: a node
+        whose outputs the group's later nodes read)."""
+        pick = min if at_first else max
+        anchor = pick(group, key=lambda n: self._position[id(n)])
+        self._removed.update(id(n) for n in group)
+        self._replacement[id(anchor)] = node
+
+    def result(self) -> list[Node]:
+        kept = self._replacement
+        return [
+            kept.get(id(n), n) for n in self._nodes if id(n) not in self._removed or id(n) in kept
+        ]
+
+
 def fuse_gelu(
     nodes: Sequence[Node], constants: Mapping[str, Any], graph_outputs: set[str]
 ) -> list[Node]:
@@ -74,9 +108,7 @@ def fuse_gelu(
             return None
         return users[0]
 
-    position = {id(node): i for i, node in enumerate(nodes)}
-    removed: set[int] = set()
-    replacement: dict[int, Node] = {}
+    rewrite = _Rewrite(nodes)
     for erf in nodes:
         if erf.op_type != "Erf":
             continue
@@ -101,16 +133,13 @@ def fuse_gelu(
             continue
         muls, y = chain
         group = [div, erf, add, *muls]
-        if any(id(n) in removed for n in group):
+        if rewrite.taken(group):
             continue
-        removed.update(id(n) for n in group)
-        last = max(group, key=lambda n: position[id(n)])
-        replacement[id(last)] = Node(
-            "Gelu", f"{erf.name}/gelu", [x], [y], {"approximate": "none"}, "", erf.opset
+        rewrite.replace(
+            group,
+            Node("Gelu", f"{erf.name}/gelu", [x], [y], {"approximate": "none"}, "", erf.opset),
         )
-    return [
-        replacement.get(id(n), n) for n in nodes if id(n) not in removed or id(n) in replacement
-    ]
+    return rewrite.result()
 
 
 def _tail(
@@ -224,9 +253,7 @@ def fuse_attention(
                     return node.inputs[1 - i], scale, [node]
         return name, 1.0, []
 
-    position = {id(node): i for i, node in enumerate(nodes)}
-    removed: set[int] = set()
-    replacement: dict[int, Node] = {}
+    rewrite = _Rewrite(nodes)
     for softmax in nodes:
         if softmax.op_type != "Softmax" or softmax.opset < 13 or softmax.attr("axis", -1) != -1:
             continue
@@ -276,27 +303,26 @@ def fuse_attention(
         q, a, q_mul = unscaled(scores_node.inputs[0], scores_node)
         kt, b, k_mul = unscaled(scores_node.inputs[1], scores_node)
         group += q_mul + k_mul
-        if any(id(n) in removed for n in group):
+        if rewrite.taken(group):
             continue
-        removed.update(id(n) for n in group)
-        last = max(group, key=lambda n: position[id(n)])
         attrs: dict[str, Any] = {"scale": a * b}
         masks = [] if mask is None else [mask]
         keep = None if mask is None else _keep(mask, producer, constants)
         if keep is not None:
             masks, attrs["keep"] = keep, 1
-        replacement[id(last)] = Node(
-            "ScaledDotProductAttention",
-            f"{softmax.name}/attention",
-            [q, kt, out.inputs[1], *masks],
-            list(out.outputs),
-            attrs,
-            "",
-            softmax.opset,
+        rewrite.replace(
+            group,
+            Node(
+                "ScaledDotProductAttention",
+                f"{softmax.name}/attention",
+                [q, kt, out.inputs[1], *masks],
+                list(out.outputs),
+                attrs,
+                "",
+                softmax.opset,
+            ),
         )
-    return [
-        replacement.get(id(n), n) for n in nodes if id(n) not in removed or id(n) in replacement
-    ]
+    return rewrite.result()
 
 
 #: The dtypes :func:`eagerrt.linear` computes in.
@@ -381,9 +407,7 @@ def fuse_linear(
             return name
         return made.get((name,), "bias", lambda: np.broadcast_to(b.reshape(-1), (n,)))
 
-    position = {id(node): i for i, node in enumerate(nodes)}
-    removed: set[int] = set()
-    replacement: dict[int, Node] = {}
+    rewrite = _Rewrite(nodes)
     for node in nodes:
         if node.op_type == "MatMul":
             w = _weight(node.inputs[1], constants)
@@ -423,17 +447,12 @@ def fuse_linear(
             group, out = [node], node.outputs[0]
         else:
             continue
-        if any(id(g) in removed for g in group):
+        if rewrite.taken(group):
             continue
-        removed.update(id(g) for g in group)
-        last = max(group, key=lambda g: position[id(g)])
-        replacement[id(last)] = Node(
-            "Linear", f"{node.name}/linear", inputs, [out], {}, "", node.opset
+        rewrite.replace(
+            group, Node("Linear", f"{node.name}/linear", inputs, [out], {}, "", node.opset)
         )
-    kept = [
-        replacement.get(id(n), n) for n in nodes if id(n) not in removed or id(n) in replacement
-    ]
-    return _stack_projections(kept, made), made.made
+    return _stack_projections(rewrite.result(), made), made.made
 
 
 #: Ops that only view their input another way, between attention and the linear
@@ -456,9 +475,7 @@ def _stack_projections(nodes: list[Node], made: _Constants) -> list[Node]:
             return None
         return node
 
-    position = {id(node): i for i, node in enumerate(nodes)}
-    removed: set[int] = set()
-    replacement: dict[int, Node] = {}
+    rewrite = _Rewrite(nodes)
     for attention in nodes:
         if attention.op_type != "ScaledDotProductAttention":
             continue
@@ -466,7 +483,7 @@ def _stack_projections(nodes: list[Node], made: _Constants) -> list[Node]:
         if any(p is None for p in parts) or len({id(p) for p in parts}) != 3:
             continue
         linears: list[Node] = parts  # type: ignore[assignment]
-        if any(id(p) in removed for p in linears):
+        if rewrite.taken(linears):
             continue
         if len({p.inputs[0] for p in linears}) != 1 or len({len(p.inputs) for p in linears}) != 1:
             continue
@@ -482,9 +499,8 @@ def _stack_projections(nodes: list[Node], made: _Constants) -> list[Node]:
             biases = tuple(p.inputs[2] for p in linears)
             stacked = [made[b] for b in biases]
             inputs.append(made.get(biases, "stacked", lambda b=stacked: np.concatenate(b)))
-        removed.update(id(p) for p in linears)
-        first = min(linears, key=lambda p: position[id(p)])
-        replacement[id(first)] = Node(
+        first = rewrite.earliest(linears)
+        stacked_node = Node(
             "Linear",
             f"{first.name}/stacked",
             inputs,
@@ -493,9 +509,8 @@ def _stack_projections(nodes: list[Node], made: _Constants) -> list[Node]:
             "",
             first.opset,
         )
-    return [
-        replacement.get(id(n), n) for n in nodes if id(n) not in removed or id(n) in replacement
-    ]
+        rewrite.replace(linears, stacked_node, at_first=True)
+    return rewrite.result()
 
 
 def prune(nodes: Sequence[Node], graph_outputs: set[str]) -> list[Node]:
