@@ -66,6 +66,7 @@ from .ops import __all__ as _ops_all
 # module at a time, so type checkers see them; test_layers checks the list).
 from .ops.creation import *  # noqa: F403
 from .ops.elementwise import *  # noqa: F403
+from .ops.futures import *  # noqa: F403
 from .ops.indexing import *  # noqa: F403
 from .ops.interop import *  # noqa: F403
 from .ops.linalg import *  # noqa: F403
@@ -105,6 +106,10 @@ def __getattr__(name: str) -> Any:
     # needs the onnx package (the models extra), which `import eagerrt` must not.
     if name == "onnx":
         return importlib.import_module(".onnx", __name__)
+    # ert.distributed (scale-out on Ray) is imported on first use too, and imports
+    # Ray only when a deployment starts.
+    if name == "distributed":
+        return importlib.import_module(".distributed", __name__)
     raise AttributeError(f"module 'eagerrt' has no attribute {name!r}")
 
 

@@ -11,6 +11,7 @@ from . import (
     creation,
     elementwise,
     fft,
+    futures,
     indexing,
     interop,
     linalg,
@@ -28,6 +29,7 @@ from . import (
 )
 from .creation import *  # noqa: F403
 from .elementwise import *  # noqa: F403
+from .futures import *  # noqa: F403
 from .indexing import *  # noqa: F403
 from .interop import *  # noqa: F403
 from .linalg import *  # noqa: F403
@@ -53,6 +55,7 @@ __all__ = [
 __all__ += creation.__all__
 __all__ += elementwise.__all__
 __all__ += fft.__all__
+__all__ += futures.__all__
 __all__ += indexing.__all__
 __all__ += interop.__all__
 __all__ += linalg.__all__

@@ -93,6 +93,8 @@ class _MKL:
         # the count in force before, 0 meaning "MKL's global count".
         self.set_local_threads = lib.MKL_Set_Num_Threads_Local
         self.set_local_threads.restype, self.set_local_threads.argtypes = c_int, [c_int]
+        self.max_threads = lib.MKL_Get_Max_Threads  # what a product may use on this thread
+        self.max_threads.restype, self.max_threads.argtypes = c_int, []
 
 
 def _bf16_function(lib: ctypes.CDLL, name: str) -> Any:
@@ -167,10 +169,22 @@ def _load() -> _MKL | None:
                 try:
                     lib = _open_with_tbb(path)
                     _mkl = None if lib is None else _MKL(lib)
+                    if _mkl is not None and config.num_threads < _mkl.max_threads():
+                        global _thread_cap
+                        _thread_cap = max(1, config.num_threads)
                 except (OSError, AttributeError):  # not a usable MKL: stay with numpy
                     _mkl = None
             _looked = True
     return _mkl
+
+
+#: MKL's threads per calling thread where eagerrt was given fewer cores than the
+#: machine has (``config.num_threads`` when MKL loaded: a Ray actor granted one
+#: CPU of many), else 0. On oneTBB, MKL sizes itself from the machine and
+#: ignores MKL_NUM_THREADS and mkl_set_num_threads (measured: 2 threads' speed
+#: after either); only its per-thread count holds it, set on each thread's first product.
+_thread_cap = 0
+_capped = threading.local()
 
 
 def _active() -> _MKL | None:
@@ -179,6 +193,9 @@ def _active() -> _MKL | None:
     if choice == "numpy":
         return None
     mkl = _mkl if _looked else _load()
+    if _thread_cap and mkl is not None and not getattr(_capped, "done", False):
+        mkl.set_local_threads(_thread_cap)
+        _capped.done = True
     if mkl is None and choice == "mkl":
         raise MKLMissingError(
             "config.blas is 'mkl' (EAGERRT_BLAS) but MKL's runtime library (libmkl_rt) "
