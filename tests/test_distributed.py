@@ -10,7 +10,9 @@ namespace of its own where it can.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -286,6 +288,22 @@ def test_a_one_cpu_replica_runs_eagerrt_mkl_and_numba_on_one_thread(ray_cluster:
         assert counts["mkl"] in (None, 1) and counts["openblas"] in (None, 1)
         # Products of 1024x1024 matrices keep as many cores busy as they are allowed.
         assert float(model(np.zeros(1)).numpy()) < 1.3
+
+
+# -- the example ------------------------------------------------------------------
+def test_the_scale_out_example_batches_and_pipelines_on_the_pool(ray_cluster: None) -> None:
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "ray_scale_out.py"
+    spec = importlib.util.spec_from_file_location("ray_scale_out", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    sys.modules["ray_scale_out"] = example  # cloudpickle finds it by name
+    spec.loader.exec_module(example)
+    ray.cloudpickle.register_pickle_by_value(example)
+    out = asyncio.run(example.main(requests=64))
+    rows = out["rows"]
+    want = example.build_classifier(0)(ert.asarray(rows)).numpy()
+    np.testing.assert_allclose(np.stack([np.asarray(a) for a in out["answers"]]), want, rtol=1e-5)
+    np.testing.assert_array_equal(out["labels"], np.argmax(want, axis=1))
 
 
 # -- without Ray -------------------------------------------------------------------
