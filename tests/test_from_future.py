@@ -52,7 +52,11 @@ def test_an_asyncio_future_completes_it_too() -> None:
     ("value", "error", "match"),
     [
         (np.ones(3, np.float32), ert.ShapeError, r"shape \(3,\), where the tensor promised \(2,\)"),
-        (np.ones(2, np.float64), ert.DTypeError, "dtype float64, where the tensor promised float32"),
+        (
+            np.ones(2, np.float64),
+            ert.DTypeError,
+            "dtype float64, where the tensor promised float32",
+        ),
     ],
 )
 def test_a_result_unlike_the_promise_fails_the_tensor_naming_the_line(
