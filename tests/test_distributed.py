@@ -290,20 +290,39 @@ def test_a_one_cpu_replica_runs_eagerrt_mkl_and_numba_on_one_thread(ray_cluster:
         assert float(model(np.zeros(1)).numpy()) < 1.3
 
 
-# -- the example ------------------------------------------------------------------
-def test_the_scale_out_example_batches_and_pipelines_on_the_pool(ray_cluster: None) -> None:
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "ray_scale_out.py"
-    spec = importlib.util.spec_from_file_location("ray_scale_out", path)
+# -- the examples -----------------------------------------------------------------
+def _example(filename: str) -> Any:
+    """examples/<filename>, imported; its functions travel to Ray's workers by value."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / filename
+    name = path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
-    sys.modules["ray_scale_out"] = example  # cloudpickle finds it by name
+    sys.modules[name] = example  # cloudpickle finds it by name
     spec.loader.exec_module(example)
     ray.cloudpickle.register_pickle_by_value(example)
+    return example
+
+
+def test_the_scale_out_example_batches_and_pipelines_on_the_pool(ray_cluster: None) -> None:
+    example = _example("ray_scale_out.py")
     out = asyncio.run(example.main(requests=64))
     rows = out["rows"]
     want = example.build_classifier(0)(ert.asarray(rows)).numpy()
     np.testing.assert_allclose(np.stack([np.asarray(a) for a in out["answers"]]), want, rtol=1e-5)
     np.testing.assert_array_equal(out["labels"], np.argmax(want, axis=1))
+
+
+# Ray Serve 2.60's own models use a pydantic spelling pydantic 2 deprecates.
+@pytest.mark.filterwarnings("ignore:Using extra keyword arguments on `Field`")
+def test_the_serve_example_batches_requests_through_an_eagerrt_model(ray_cluster: None) -> None:
+    example = _example("ray_serve.py")
+    try:
+        out = asyncio.run(example.main(requests=48))
+    finally:
+        example.serve.shutdown()
+    want = example.build_classifier(0)(ert.asarray(out["rows"])).numpy()
+    np.testing.assert_allclose(np.stack(out["answers"]), want, rtol=1e-5)
 
 
 # -- without Ray -------------------------------------------------------------------
