@@ -56,7 +56,7 @@ class Classifier:
         return list(probabilities)
 
     async def __call__(self, row: np.ndarray) -> np.ndarray:
-        return await self.predict(row)  # type: ignore[no-any-return]
+        return await self.predict(row)
 
 
 async def main(requests: int = 128) -> dict[str, Any]:
@@ -65,7 +65,8 @@ async def main(requests: int = 128) -> dict[str, Any]:
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location="Disabled")  # no HTTP proxy: calls come through a handle
-    handle = serve.run(Classifier.bind(0), name="classifier", route_prefix=None)
+    app = Classifier.bind(0)  # type: ignore[attr-defined]  # serve.deployment's class
+    handle = serve.run(app, name="classifier", route_prefix=None)
     rows = np.random.default_rng(1).standard_normal((requests, FEATURES), dtype=np.float32)
     try:
         answers = await asyncio.gather(*(handle.remote(row) for row in rows))
