@@ -3,7 +3,7 @@
 One local Ray cluster (2 CPUs, no dashboard) serves the whole module, and each
 deployment is shared by the tests that only call it: starting Ray and an actor
 cost seconds. Ray is started so that it contacts nothing beyond the loopback
-(see :func:`ray_cluster`); ``./dev test`` also runs the suite in a network
+(``tests/ray_loopback.py``); ``./dev test`` also runs the suite in a network
 namespace of its own where it can.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 import pathlib
 import subprocess
 import sys
@@ -23,20 +22,7 @@ import numpy as np
 import pytest
 
 import eagerrt as ert
-
-#: Ray's start-up probes, turned away from the network: its own address is
-#: 127.0.0.1 (no UDP probe of a public resolver, from the driver and the
-#: runtime-env agent), and the dashboard's cloud-metadata requests, which no
-#: setting disables, go to a closed local port through a proxy. Checked with
-#: strace in a loopback-only namespace: no connect() beyond 127.0.0.0/8 and ::1.
-#: Set before Ray is imported (it reads the first when imported).
-LOOPBACK_ONLY = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "http_proxy": "http://127.0.0.1:9",
-    "no_proxy": "127.0.0.1,localhost,::1",
-}
-os.environ.update(LOOPBACK_ONLY)
+import ray_loopback  # noqa: F401 - before Ray is imported
 
 ray = pytest.importorskip("ray")
 
@@ -161,6 +147,18 @@ def test_asyncio_gather_over_remote_tensors(mlp: Any) -> None:
     assert [g.shape for g in got] == [(1, 3)] * 4
 
 
+def test_large_results_arrive_without_a_copy_and_eagerrt_never_writes_into_them(
+    mlp: Any,
+) -> None:
+    x = x_rows(100_000)  # 1.2 MB of results: Ray hands them over from its object store
+    out = mlp(x)["relu"]
+    value = out.numpy()
+    assert not value.flags.writeable
+    out += 1  # in place on eagerrt's side: a new buffer, Ray's stays as it was
+    np.testing.assert_allclose(out.numpy(), local_mlp(x)["relu"] + 1, rtol=1e-5)
+    np.testing.assert_allclose(value, local_mlp(x)["relu"], rtol=1e-5)
+
+
 # -- errors ----------------------------------------------------------------------
 def test_the_models_own_error_is_read_on_await_naming_the_callers_line(checked: Any) -> None:
     x = np.eye(4) * 2
@@ -170,6 +168,18 @@ def test_the_models_own_error_is_read_on_await_naming_the_callers_line(checked: 
         t.numpy()
     assert isinstance(info.value, ert.KernelError)
     assert "checked" in str(info.value) and "test_distributed.py" in str(info.value)
+
+
+def test_a_pipeline_stage_on_a_pool_names_the_failing_item(checked: Any) -> None:
+    items = [np.eye(4), np.eye(4) * 2, np.ones((4, 4)), np.eye(4)]
+
+    async def main() -> list[Any]:
+        return await ert.pipeline.map(checked, items, name="invert").collect()
+
+    with pytest.raises(ert.PipelineError) as info:
+        asyncio.run(main())
+    assert (info.value.stage, info.value.index) == ("invert", 2)
+    assert isinstance(info.value.__cause__, np.linalg.LinAlgError)
 
 
 def test_a_wrong_shape_raises_at_the_call(checked: Any) -> None:

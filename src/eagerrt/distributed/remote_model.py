@@ -76,7 +76,8 @@ class _Replica:
     actor: Any
     number: int
     in_flight: int = 0
-    calls: int = 0
+    sent: int = 0
+    calls: int = 0  # answered
     retiring: bool = False  # resize() took it out: killed once idle
 
 
@@ -235,14 +236,18 @@ class RemoteModel:
         _ray().kill(replica.actor)
 
     def _pick(self) -> _Replica | None:
-        """The least loaded replica serving calls, its count taken; None if none is."""
+        """The least loaded replica serving calls (of those, the one sent the
+        fewest: calls one at a time go round), its count taken; None if none is."""
         with self._lock:
             best: _Replica | None = None
             for replica in self._replicas:
-                if not replica.retiring and (best is None or replica.in_flight < best.in_flight):
+                if not replica.retiring and (
+                    best is None or (replica.in_flight, replica.sent) < (best.in_flight, best.sent)
+                ):
                     best = replica
             if best is not None:
                 best.in_flight += 1
+                best.sent += 1
             return best
 
     # -- calling -------------------------------------------------------------------
