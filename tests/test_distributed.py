@@ -159,6 +159,32 @@ def test_large_results_arrive_without_a_copy_and_eagerrt_never_writes_into_them(
     np.testing.assert_allclose(value, local_mlp(x)["relu"], rtol=1e-5)
 
 
+def test_an_onnx_model_loaded_on_the_replica_from_a_path(
+    ray_cluster: None, tmp_path: pathlib.Path
+) -> None:
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Relu", ["xw"], ["y"])],
+        "remote",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = tmp_path / "remote.onnx"
+    path.write_bytes(model.SerializeToString())
+    with ert.distributed.deploy(ert.onnx.load, str(path), num_cpus=0.25) as remote:
+        x = rng.standard_normal((5, 4)).astype(np.float32)
+        y = remote(x)
+        assert (y.shape, y.dtype) == ((5, 3), np.float32)
+        np.testing.assert_allclose(y.numpy(), np.maximum(x @ w, 0), rtol=1e-5)
+
+
 # -- errors ----------------------------------------------------------------------
 def test_the_models_own_error_is_read_on_await_naming_the_callers_line(checked: Any) -> None:
     x = np.eye(4) * 2
