@@ -77,6 +77,7 @@ class _Replica:
     number: int
     in_flight: int = 0
     sent: int = 0
+    started: bool = False  # its model is built (it answered ready())
     calls: int = 0  # answered
     retiring: bool = False  # resize() took it out: killed once idle
 
@@ -217,6 +218,8 @@ class RemoteModel:
             with self._lock:
                 self._broken = failure
             self._retire(replica)
+            return
+        replica.started = True
 
     def _lost(self, replica: _Replica, error: BaseException) -> None:
         """``replica`` died: out of the pool, and another in its place."""
@@ -236,15 +239,18 @@ class RemoteModel:
         _ray().kill(replica.actor)
 
     def _pick(self) -> _Replica | None:
-        """The least loaded replica serving calls (of those, the one sent the
-        fewest: calls one at a time go round), its count taken; None if none is."""
+        """The least loaded replica serving calls, its count taken; None if none
+        is. Replicas still starting come last (a replacement takes seconds to
+        build its model: calls sent to it would wait that long while the others
+        are free), and among equals the one sent the fewest (calls one at a time
+        go round)."""
         with self._lock:
             best: _Replica | None = None
+            best_key = (True, 0, 0)
             for replica in self._replicas:
-                if not replica.retiring and (
-                    best is None or (replica.in_flight, replica.sent) < (best.in_flight, best.sent)
-                ):
-                    best = replica
+                key = (not replica.started, replica.in_flight, replica.sent)
+                if not replica.retiring and (best is None or key < best_key):
+                    best, best_key = replica, key
             if best is not None:
                 best.in_flight += 1
                 best.sent += 1
