@@ -48,6 +48,7 @@ BENCHMARKS = {
     "in_place": "bench_in_place",
     "models": "models",
     "bf16": "bench_bf16",
+    "distributed": "bench_distributed",
 }
 
 

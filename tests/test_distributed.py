@@ -32,7 +32,14 @@ def ray_cluster() -> Iterator[None]:
     # The factories below live in this test module, which Ray's workers can't
     # import: they travel by value.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
+    # address="local": a cluster of the tests' own, even where another Ray runs here.
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="error",
+    )
     try:
         yield
     finally:
@@ -359,6 +366,21 @@ def test_the_serve_example_batches_requests_through_an_eagerrt_model(ray_cluster
         example.serve.shutdown()
     want = example.build_classifier(0)(ert.asarray(out["rows"])).numpy()
     np.testing.assert_allclose(np.stack(out["answers"]), want, rtol=1e-5)
+
+
+def test_the_benchmark_measures_a_remote_call_and_a_pipeline_losing_a_replica(
+    ray_cluster: None,
+) -> None:
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(path))
+    try:
+        bench = importlib.import_module("bench_distributed")
+        result = bench.run(quick=True, serve=False, rounds=1, calls=10)
+    finally:
+        sys.path.remove(str(path))
+    figures = result["figures"]
+    assert figures["tiny_remote_vs_bare_ray"] > 0
+    assert result["targets"]["fault_items_lost"]["passed"], result["targets"]
 
 
 # -- without Ray -------------------------------------------------------------------
