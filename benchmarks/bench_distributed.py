@@ -679,5 +679,9 @@ def np_allclose(a: Any, b: Any) -> bool:
     return bool(np.allclose(a, b, rtol=1e-5, atol=1e-6))
 
 
+def main(argv: list[str] | None = None) -> None:
+    bench_main(run, argv)
+
+
 if __name__ == "__main__":
-    bench_main(run)
+    main()

@@ -48,6 +48,9 @@ TINY: dict[str, dict[str, Any]] = {
     "bench_in_place": {"rows": 20, "cols": 30, "rounds": 2},
     # ResNet-18 on a few images (ResNet-50 and MiniLM: the same code, seconds more).
     "bench_bf16": {"resnet18_images": 4, "resnet50_images": 0, "minilm_copies": 0},
+    # A Ray cluster of its own, on the loopback (the benchmark sets that up); no Ray
+    # Serve: the remote call's fixed cost and a 100-item pipeline losing a replica.
+    "bench_distributed": {"serve": False, "rounds": 1, "calls": 10},
 }
 
 
@@ -99,6 +102,12 @@ def _check_result(result: dict[str, Any], quick: bool = True) -> None:
 def test_benchmark_runs_and_reports(module_name: str) -> None:
     assert callable(_import(module_name).main)
     _check_result(tiny_result(module_name))
+
+
+def test_the_distributed_benchmark_loses_no_item_when_a_replica_dies() -> None:
+    result = tiny_result("bench_distributed")
+    assert result["figures"]["tiny_remote_vs_bare_ray"] > 0
+    assert result["targets"]["fault_items_lost"]["passed"], result["targets"]
 
 
 def test_expected_targets_are_reported() -> None:
