@@ -90,6 +90,7 @@ def failing_factory() -> Any:
 @pytest.fixture(scope="module")
 def mlp(ray_cluster: None) -> Iterator[Any]:
     with ert.distributed.deploy(mlp_factory, 2.0, replicas=2, num_cpus=0.25, name="mlp") as model:
+        model.ready(timeout=120)  # both replicas serve (calls go to started ones first)
         yield model
 
 
@@ -224,6 +225,8 @@ def test_a_failing_factory_fails_calls_with_replica_lost(ray_cluster: None) -> N
     with ert.distributed.deploy(failing_factory, num_cpus=0.25, name="broken") as model:
         with pytest.raises(ert.distributed.ReplicaLost, match="FileNotFoundError"):
             model(np.ones(2))
+        with pytest.raises(ert.distributed.ReplicaLost, match="FileNotFoundError"):
+            model.ready(timeout=60)
         deadline = time.monotonic() + 30
         while model.replicas and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -237,6 +240,7 @@ def test_a_dead_replica_fails_exactly_its_calls_and_is_replaced(ray_cluster: Non
         sleepy_factory, 0.2, replicas=2, num_cpus=0.25, name="sleepy"
     ) as model:
         x = np.ones(3, np.float32)
+        model.ready(timeout=120)  # so that calls go to both
         model(x).numpy()
         outs = [model(x) for _ in range(8)]
         victim = model._replicas[0]
@@ -268,6 +272,7 @@ def test_a_pipeline_over_a_pool_with_retries_loses_no_item_when_a_replica_dies(
     with ert.distributed.deploy(
         sleepy_factory, 0.01, replicas=2, num_cpus=0.25, retries=2, name="stage"
     ) as model:
+        model.ready(timeout=120)
         model(np.zeros(2, np.float32)).numpy()
         killed: list[bool] = []
 
@@ -294,11 +299,22 @@ def test_resize_grows_and_shrinks_the_pool(ray_cluster: None) -> None:
         model.resize(3)
         assert model.replicas == 3
         outs = [model(np.ones(2)) for _ in range(9)]
-        model.resize(1)
+        model.resize(1)  # maybe while the new two still start: killed starting, not broken
         assert model.replicas == 1
         for t in outs:
             np.testing.assert_array_equal(t.numpy(), 2 * np.ones(2))  # nothing in flight lost
         np.testing.assert_array_equal(model(np.ones(2)).numpy(), 2 * np.ones(2))
+        model.ready(timeout=120)
+        ray.kill(model._replicas[0].actor)  # the one left dies: the pool starts another
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                np.testing.assert_array_equal(model(np.ones(2)).numpy(), 2 * np.ones(2))
+                break
+            except ert.distributed.ReplicaLost:  # a call that went to the dying one
+                assert time.monotonic() < deadline
+        model.ready(timeout=120)
+        assert model.replicas == 1
         with pytest.raises(ert.UsageError):
             model.resize(0)
     with pytest.raises(ert.UsageError, match="shut down"):

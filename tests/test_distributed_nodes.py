@@ -67,6 +67,7 @@ def test_replicas_spread_over_nodes_and_a_lost_nodes_calls_fail_and_move(cluster
         actor_options={"scheduling_strategy": "SPREAD"},
     ) as model:
         x = np.zeros(1)
+        model.ready(timeout=120)  # calls go to started replicas first
         placed = {_node(model(x)) for _ in range(6)}
         assert len(placed) == 2  # one replica on each node
 
@@ -83,8 +84,9 @@ def test_replicas_spread_over_nodes_and_a_lost_nodes_calls_fail_and_move(cluster
         assert 0 < len(lost) < len(outcomes)
         assert all("where" in str(e) and "test_distributed_nodes.py" in str(e) for e in lost)
 
-        # The pool replaced the lost replica at once, on the node left: calls go round
-        # both replicas again (the new one's first waits for it to start).
+        # The pool replaced the lost replica at once, on the node left: once it has
+        # started, calls go round both replicas again.
         assert model.replicas == 2
+        model.ready(timeout=120)
         (head,) = placed - {worker.node_id}
         assert {_node(model(x)) for _ in range(4)} == {head}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -69,6 +70,18 @@ def test_a_result_unlike_the_promise_fails_the_tensor_naming_the_line(
         t.numpy()
     assert isinstance(info.value, ert.KernelError)
     assert "test_from_future.py" in str(info.value)
+
+
+def test_python_values_take_the_promised_dtype_where_numpy_casts_them_so() -> None:
+    future: Future[Any] = Future()
+    t = ert.from_future(future, (2,), "float32")
+    future.set_result([1.5, 2.5])
+    np.testing.assert_array_equal(t.numpy(), np.array([1.5, 2.5], np.float32))
+    future = Future()
+    t = ert.from_future(future, (), "int32")
+    future.set_result(2.5)  # a float for an int: not the same kind
+    with pytest.raises(ert.DTypeError, match="float64, where the tensor promised int32"):
+        t.numpy()
 
 
 def test_a_failed_future_fails_the_tensor_with_its_exception() -> None:

@@ -139,11 +139,11 @@ def test_each_device_names_a_backend_in_the_backends_layer(name: str) -> None:
 #: after it). Issue 23 raised it by 1,000 for new capabilities: the precision
 #: setting and the CPU's bfloat16 products (about 650 lines), the ONNX
 #: importer's linear-layer rewrite (about 300) and the embedded call path,
-#: ``Function.run_sync`` (about 100). Issue 24 raised it by 900 for scale-out
+#: ``Function.run_sync`` (about 100). Issue 24 raised it by 1,000 for scale-out
 #: on Ray: ``ert.from_future`` and ``ert.distributed`` (a pool of replicas,
-#: their actor, faults, resizing and thread settings: about 800). Raise it only
-#: with a reason said in the commit.
-SRC_LINE_BUDGET = 32_500
+#: their actor, faults, start deadlines, resizing and thread settings: about
+#: 950). Raise it only with a reason said in the commit.
+SRC_LINE_BUDGET = 32_600
 
 
 def test_src_stays_within_its_line_budget() -> None:

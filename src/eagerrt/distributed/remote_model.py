@@ -18,7 +18,10 @@ functions of their arguments, so a call may safely run twice).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,16 +30,18 @@ from typing import Any
 import numpy as np
 
 from .._core import (
+    ERROR,
     PENDING,
     EagerError,
     SourceLine,
     UsageError,
+    WaitTimeoutError,
     renew_after_fork,
     run_when_ready,
     user_line,
 )
 from ..graph import pytree
-from ..ops.futures import fail, fulfil, pending
+from ..ops.futures import fail_all, fulfil, pending
 from ..tensor import Tensor
 from .replica import ArraySpec, Replica, ReplicaLost, example_arguments, thread_environment
 
@@ -54,6 +59,7 @@ def _ray() -> Any:
     return ray
 
 
+_log = logging.getLogger("eagerrt")
 _ray_calls: ThreadPoolExecutor | None = None
 renew_after_fork(__name__, "_ray_calls", lambda: None)
 
@@ -66,7 +72,15 @@ def _off_ray_thread(fn: Callable[..., Any], *args: Any) -> None:
     global _ray_calls
     if _ray_calls is None:
         _ray_calls = ThreadPoolExecutor(1, thread_name_prefix="eagerrt-ray")
-    _ray_calls.submit(fn, *args)
+    _ray_calls.submit(_logged, fn, *args)
+
+
+def _logged(fn: Callable[..., Any], *args: Any) -> None:
+    # Nobody waits on this thread's futures: an error must not vanish with one.
+    try:
+        fn(*args)
+    except Exception:
+        _log.exception("eagerrt.distributed: %s failed", getattr(fn, "__qualname__", fn))
 
 
 @dataclass(eq=False)
@@ -133,6 +147,7 @@ class RemoteModel:
         self._actor_class = ray.remote(Replica).options(**options)
         self._options = options
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # the replicas changed (see ready())
         self._replicas: list[_Replica] = []
         self._started = 0  # replicas ever started: each one's number
         self._broken: BaseException | None = None  # the factory failed on a replica
@@ -160,7 +175,9 @@ class RemoteModel:
             self._check_open()
             serving = [r for r in self._replicas if not r.retiring]
             idle: list[_Replica] = []
-            for replica in sorted(serving, key=lambda r: r.in_flight)[: len(serving) - replicas]:
+            # Those still starting go first, then the least loaded.
+            by_use = sorted(serving, key=lambda r: (r.started, r.in_flight))
+            for replica in by_use[: len(serving) - replicas]:
                 replica.retiring = True
                 if replica.in_flight == 0:
                     idle.append(replica)
@@ -175,9 +192,32 @@ class RemoteModel:
         with self._lock:
             self._closed = True
             replicas, self._replicas = self._replicas, []
+            self._changed.notify_all()
         ray = _ray()
         for replica in replicas:
             ray.kill(replica.actor)
+
+    def ready(self, timeout: float | None = None) -> None:
+        """Block until every replica serving calls has built its model (a server
+        warming up before it takes traffic). Raises :class:`ReplicaLost` where no
+        replica can build it, and :class:`~eagerrt.WaitTimeoutError` after
+        ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                if self._closed or self._broken is not None:
+                    raise self._no_replica()
+                serving = [r for r in self._replicas if not r.retiring]
+                if serving and all(r.started for r in serving):
+                    return
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    starting = sum(not r.started for r in serving)
+                    raise WaitTimeoutError(
+                        f"{self.name}: {starting} of {len(serving)} replicas still starting "
+                        f"after {timeout} s"
+                    )
+                self._changed.wait(left)
 
     def __enter__(self) -> RemoteModel:
         return self
@@ -198,28 +238,66 @@ class RemoteModel:
             raise UsageError(f"{self.name}: this deployment was shut down")
 
     def _start_replica(self) -> None:
+        # The actor is made outside the lock: Ray pickles the factory's arguments
+        # (weights, maybe) and may wait on its control service meanwhile.
+        actor = self._actor_class.remote(self._factory, self._args, self._kwargs)
         with self._lock:
-            self._check_open()
-            self._started += 1
-            replica = _Replica(
-                self._actor_class.remote(self._factory, self._args, self._kwargs), self._started
-            )
-            self._replicas.append(replica)
+            closed = self._closed
+            if not closed:
+                self._started += 1
+                replica = _Replica(actor, self._started)
+                self._replicas.append(replica)
+                self._changed.notify_all()
+        if closed:
+            _ray().kill(actor)
+            return
         future = replica.actor.ready.remote().future()
         future.add_done_callback(lambda done: _off_ray_thread(self._on_started, replica, done))
+        if self.start_timeout is not None:
+            timer = threading.Timer(
+                self.start_timeout, _off_ray_thread, (self._start_overdue, replica)
+            )
+            timer.daemon = True
+            timer.start()
 
     def _on_started(self, replica: _Replica, done: Any) -> None:
         try:
             failure = done.result()
-        except Exception as exc:  # the actor died starting (its arguments did not unpickle)
-            failure = ReplicaLost(f"no replica could start: {type(exc).__name__}: {exc}")
-            failure.__cause__ = exc
+        except Exception as exc:
+            if getattr(exc, "actor_init_failed", False):  # its arguments did not unpickle
+                failure = ReplicaLost(f"no replica could start: {type(exc).__name__}: {exc}")
+                failure.__cause__ = exc
+            else:  # killed (resize, shutdown) or lost (its node) while starting
+                self._lost(replica, exc)
+                return
         if failure is not None:  # the factory failed: another replica's would too
             with self._lock:
                 self._broken = failure
             self._retire(replica)
             return
-        replica.started = True
+        with self._lock:
+            replica.started = True
+            self._changed.notify_all()
+
+    def _start_overdue(self, replica: _Replica) -> None:
+        """``replica`` has not built its model within ``start_timeout``: out of
+        the pool, without a replacement (the cluster may lack room for it);
+        where it was the last, calls fail rather than wait for ever."""
+        with self._lock:
+            if replica.started or replica not in self._replicas:
+                return
+            if not any(r.started and not r.retiring for r in self._replicas):
+                self._broken = ReplicaLost(
+                    f"no replica started within {self.start_timeout} s (start_timeout): the "
+                    "cluster may lack what each replica asks for "
+                    f"(num_cpus={self._options['num_cpus']}; ray.available_resources() shows "
+                    "what is free), or the model takes longer to build"
+                )
+        _log.warning(
+            "eagerrt.distributed: %s: replica %d not started within %s s: taken out",
+            self.name, replica.number, self.start_timeout,
+        )  # fmt: skip
+        self._retire(replica)
 
     def _lost(self, replica: _Replica, error: BaseException) -> None:
         """``replica`` died: out of the pool, and another in its place."""
@@ -227,15 +305,22 @@ class RemoteModel:
             if replica not in self._replicas:
                 return  # already handled (its other calls fail the same way)
             self._replicas.remove(replica)
+            self._changed.notify_all()
             replace = not (replica.retiring or self._closed or self._broken is not None)
+        with contextlib.suppress(Exception):  # only unavailable, maybe: it must not keep its CPUs
+            _ray().kill(replica.actor)
         if replace:
-            self._start_replica()
+            try:
+                self._start_replica()
+            except Exception:
+                _log.exception("eagerrt.distributed: %s: no replacement started", self.name)
 
     def _retire(self, replica: _Replica) -> None:
         with self._lock:
             if replica not in self._replicas:
                 return
             self._replicas.remove(replica)
+            self._changed.notify_all()
         _ray().kill(replica.actor)
 
     def _pick(self) -> _Replica | None:
@@ -307,6 +392,8 @@ class RemoteModel:
         return known
 
     def _no_replica(self) -> EagerError:
+        if self._closed:
+            return UsageError(f"{self.name}: this deployment was shut down")
         broken = self._broken
         if broken is not None:
             error = ReplicaLost(f"{self.name}: {broken}")
@@ -316,9 +403,13 @@ class RemoteModel:
 
     def _send(self, call: _Call) -> None:
         """Send ``call`` (its tensor arguments ready now) to the least loaded replica."""
+        for leaf in call.leaves:
+            if isinstance(leaf, Tensor) and leaf._state == ERROR:  # so do the results
+                fail_all(call.outputs, leaf._value, call.site)  # its Failure, not read here
+                return
         try:
             leaves = [leaf.numpy() if isinstance(leaf, Tensor) else leaf for leaf in call.leaves]
-        except Exception as exc:  # an argument failed: so do the results
+        except Exception as exc:
             self._fail(call, exc)
             return
         call.leaves = leaves
@@ -352,20 +443,26 @@ class RemoteModel:
 
     def _failed(self, call: _Call, replica: _Replica, exc: BaseException) -> None:
         """The call failed: sent again if its replica died and it may be, else its results fail."""
-        errors = _ray().exceptions
-        if isinstance(exc, errors.RayActorError) and self._broken is not None:
-            exc = self._no_replica()  # killed for its failed factory
-        elif isinstance(exc, errors.RayActorError):
-            self._lost(replica, exc)
-            if call.retries > 0:
-                call.retries -= 1
-                self._send(call)
-                return
-            lost = ReplicaLost(f"{self.name}: replica {replica.number} died during this call")
-            lost.__cause__ = exc
-            exc = lost
-        elif isinstance(exc, errors.RayTaskError):  # the model raised
-            exc = _remote_cause(exc)
+        try:
+            errors = _ray().exceptions
+            if isinstance(exc, errors.RayActorError):
+                self._lost(replica, exc)
+                if self._closed or self._broken is not None:
+                    exc = self._no_replica()
+                elif call.retries > 0:
+                    call.retries -= 1
+                    self._send(call)
+                    return
+                else:
+                    lost = ReplicaLost(
+                        f"{self.name}: replica {replica.number} died during this call"
+                    )
+                    lost.__cause__ = exc
+                    exc = lost
+            elif isinstance(exc, errors.RayTaskError):  # the model raised
+                exc = _remote_cause(exc)
+        except Exception as error:  # whatever happens here, the call's tensors complete
+            exc = error
         self._fail(call, exc)
 
     def _done_with(self, replica: _Replica) -> None:
@@ -376,8 +473,7 @@ class RemoteModel:
             _off_ray_thread(self._retire, replica)
 
     def _fail(self, call: _Call, error: BaseException) -> None:
-        for t in call.outputs:
-            fail(t, error, call.site)
+        fail_all(call.outputs, error, call.site)
 
 
 def _leaf_key(leaf: Any, name: str) -> Any:

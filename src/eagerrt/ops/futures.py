@@ -89,7 +89,11 @@ def fulfil(t: Tensor, value: Any, site: SourceLine | None) -> None:
     """Complete ``t`` with ``value``, or fail it where the value is not of the
     shape and dtype ``t`` promised."""
     try:
+        # Python values take the promised dtype where numpy can cast them so
+        # (a float for a float32 tensor); an array must have it already.
         array = np.asarray(value)
+        if not isinstance(value, np.ndarray) and np.can_cast(array.dtype, t.dtype, "same_kind"):
+            array = array.astype(t.dtype, copy=False)
         if array.shape != t.shape:
             raise ShapeError(
                 f"{t.op}: the result has shape {array.shape}, where the tensor promised {t.shape}"
@@ -100,20 +104,28 @@ def fulfil(t: Tensor, value: Any, site: SourceLine | None) -> None:
             )
         native = t.device.from_numpy(array)
     except Exception as exc:
-        fail(t, exc, site)
+        fail_all([t], exc, site)
         return
     t._complete(READY, native)
 
 
-def fail(t: Tensor, cause: BaseException, site: SourceLine | None) -> None:
-    """Fail ``t``: reading it raises a KernelError caused by ``cause``, naming ``site``."""
-    t._complete(ERROR, Failure(t.op, site, cause))
+def fail_all(
+    tensors: list[Tensor], cause: BaseException | Failure, site: SourceLine | None
+) -> None:
+    """Fail ``tensors`` with one failure (read once, reported once): reading
+    any raises a KernelError caused by ``cause``, naming ``site``; or with a
+    failure some other tensor already holds (an argument's)."""
+    if not tensors:
+        return
+    failure = cause if isinstance(cause, Failure) else Failure(tensors[0].op, site, cause)
+    for t in tensors:
+        t._complete(ERROR, failure)
 
 
 def _settle(t: Tensor, done: FutureLike, site: SourceLine | None) -> None:
     try:
         value = done.result()
     except BaseException as exc:  # a cancelled future too: the tensor must not hang
-        fail(t, exc, site)
+        fail_all([t], exc, site)
         return
     fulfil(t, value, site)

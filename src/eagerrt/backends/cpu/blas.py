@@ -169,22 +169,37 @@ def _load() -> _MKL | None:
                 try:
                     lib = _open_with_tbb(path)
                     _mkl = None if lib is None else _MKL(lib)
-                    if _mkl is not None and config.num_threads < _mkl.max_threads():
+                    if _mkl is not None:
                         global _thread_cap
-                        _thread_cap = max(1, config.num_threads)
+                        _thread_cap = _asked_threads(_mkl.max_threads())
                 except (OSError, AttributeError):  # not a usable MKL: stay with numpy
                     _mkl = None
             _looked = True
     return _mkl
 
 
-#: MKL's threads per calling thread where eagerrt was given fewer cores than the
-#: machine has (``config.num_threads`` when MKL loaded: a Ray actor granted one
-#: CPU of many), else 0. On oneTBB, MKL sizes itself from the machine and
-#: ignores MKL_NUM_THREADS and mkl_set_num_threads (measured: 2 threads' speed
-#: after either); only its per-thread count holds it, set on each thread's first product.
+#: MKL's threads per calling thread where ``MKL_NUM_THREADS`` asks for fewer than
+#: the machine's cores (a Ray actor granted one CPU of many: see
+#: eagerrt.distributed), else 0. On oneTBB, MKL sizes itself from the machine and
+#: ignores MKL_NUM_THREADS and mkl_set_num_threads (measured: two threads' speed
+#: after either); only its per-thread count holds it, set on each thread's first
+#: product (and before a hold to one thread saves the count it restores).
 _thread_cap = 0
 _capped = threading.local()
+
+
+def _asked_threads(machine: int) -> int:
+    try:
+        asked = int(os.environ.get("MKL_NUM_THREADS", ""))
+    except ValueError:
+        return 0
+    return asked if 0 < asked < machine else 0
+
+
+def _cap_this_thread(mkl: _MKL) -> None:
+    if _thread_cap and not getattr(_capped, "done", False):
+        mkl.set_local_threads(_thread_cap)
+        _capped.done = True
 
 
 def _active() -> _MKL | None:
@@ -193,9 +208,8 @@ def _active() -> _MKL | None:
     if choice == "numpy":
         return None
     mkl = _mkl if _looked else _load()
-    if _thread_cap and mkl is not None and not getattr(_capped, "done", False):
-        mkl.set_local_threads(_thread_cap)
-        _capped.done = True
+    if _thread_cap and mkl is not None:
+        _cap_this_thread(mkl)
     if mkl is None and choice == "mkl":
         raise MKLMissingError(
             "config.blas is 'mkl' (EAGERRT_BLAS) but MKL's runtime library (libmkl_rt) "
@@ -330,7 +344,10 @@ def hold_to_one_thread() -> int | None:
     """Hold MKL to this thread (where it is loaded): returns what
     :func:`release_thread_hold` restores. MKL's count is the calling thread's own."""
     mkl = _mkl if _looked or config.blas == "numpy" else _load()
-    return None if mkl is None else int(mkl.set_local_threads(1))
+    if mkl is None:
+        return None
+    _cap_this_thread(mkl)  # so that the release restores the cap, not MKL's machine-wide count
+    return int(mkl.set_local_threads(1))
 
 
 def release_thread_hold(saved: int | None) -> None:
