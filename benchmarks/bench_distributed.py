@@ -403,6 +403,49 @@ def _mean_batch(sizes: dict[int, int]) -> float:
     return sum(n * k for n, k in sizes.items()) / max(sum(sizes.values()), 1)
 
 
+def _compare(
+    batcher: Any,
+    asks: dict[str, Callable[[Any], Awaitable[Any]]],
+    examples: Sequence[Any],
+    want: Any,
+    tolerance: tuple[float, float],
+    callers: int,
+    seconds: float,
+    rounds: int,
+    warm_up: float,
+) -> tuple[Samples, dict[str, _Load], dict[int, int]]:
+    """Each side checked against ``want`` on the first examples, warmed up (the
+    replicas' traces, Serve's routers), then loaded in interleaved rounds; the
+    samples, the loads (their latencies) and the batch sizes of the measured rounds."""
+    import numpy as np
+
+    loads = {name: _Load(ask, examples, callers, seconds) for name, ask in asks.items()}
+    sizes: dict[int, int] = {}
+
+    async def main() -> Samples:
+        async with batcher:
+            for ask in asks.values():
+                got = np.stack([np.asarray(await ask(e)) for e in examples[: len(want)]])
+                np.testing.assert_allclose(got, want, rtol=tolerance[0], atol=tolerance[1])
+            for load in loads.values():
+                await load.warm_up(min(seconds, warm_up))
+            before = dict(batcher.statistics().batch_sizes)
+            measured = await interleave_async(loads, rounds)
+            sizes.update(_counts_since(before, batcher.statistics().batch_sizes))
+            return measured
+
+    return _in_new_loop(main), loads, sizes
+
+
+def _batch_figures(
+    result: dict[str, Any], key: str, sizes: dict[int, int], batch: int, seconds: float, rounds: int
+) -> None:
+    result["params"][f"{key}_seconds_per_round"] = seconds
+    result["params"][f"{key}_rounds"] = rounds
+    result["figures"][f"{key}_mean_batch"] = _mean_batch(sizes)
+    result["figures"][f"{key}_full_batch_share"] = sizes.get(batch, 0) / max(sum(sizes.values()), 1)
+
+
 def _warm_pool(remote: Any, buckets: Sequence[int], make: Callable[[int], tuple[Any, ...]]) -> None:
     """Every batch shape the batcher may send, once on each replica: the first call
     of a shape blocks on a round trip for its result's shapes, and each replica
@@ -471,30 +514,12 @@ def _mlp_serving(
         async def ask_serve(row: Any) -> Any:
             return await handle.remote(row)
 
-        loads = {
-            "eagerrt": _Load(ask_eagerrt, list(rows), callers, seconds),
-            "Ray Serve": _Load(ask_serve, list(rows), callers, seconds),
-        }
-
-        async def main() -> Samples:
-            async with batcher:
-                for ask in (ask_eagerrt, ask_serve):
-                    got = np.stack([np.asarray(await ask(r)) for r in rows[:4]])
-                    np.testing.assert_allclose(got, want[:4], rtol=1e-4, atol=1e-5)
-                for load in loads.values():  # warm up (the replicas' traces, Serve's routers)
-                    await load.warm_up(min(seconds, 1.0))
-                before = dict(batcher.statistics().batch_sizes)
-                measured = await interleave_async(loads, rounds)
-                sizes.update(_counts_since(before, batcher.statistics().batch_sizes))
-                return measured
-
-        sizes: dict[int, int] = {}
-        samples = _in_new_loop(main)
+        asks = {"eagerrt": ask_eagerrt, "Ray Serve": ask_serve}
+        samples, loads, sizes = _compare(
+            batcher, asks, list(rows), want[:4], (1e-4, 1e-5), callers, seconds, rounds, 1.0
+        )
     serve.delete("mlp_anchor")
-    result["params"]["mlp_seconds_per_round"] = seconds
-    result["params"]["mlp_rounds"] = rounds
-    result["figures"]["mlp_mean_batch"] = _mean_batch(sizes)
-    result["figures"]["mlp_full_batch_share"] = sizes.get(batch, 0) / max(sum(sizes.values()), 1)
+    _batch_figures(result, "mlp", sizes, batch, seconds, rounds)
     ratio, _ = _serving_rows(result, "MLP 64 callers", samples, loads, "mlp")
     add_target(result, "mlp_vs_serve", "eagerrt on Ray >= 5x Ray Serve (MLP, 64 callers)",
                ratio, 5.0, ">=")  # fmt: skip
@@ -557,30 +582,12 @@ def _minilm_serving(
         async def ask_serve(example: tuple[Any, Any]) -> Any:
             return await handle.remote(example)
 
-        loads = {
-            "eagerrt": _Load(ask_eagerrt, examples, callers, seconds),
-            "Ray Serve": _Load(ask_serve, examples, callers, seconds),
-        }
-
-        async def main() -> Samples:
-            async with batcher:
-                for ask in (ask_eagerrt, ask_serve):
-                    got = np.stack([np.asarray(await ask(e)) for e in examples[:4]])
-                    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
-                for load in loads.values():  # warm up
-                    await load.warm_up(min(seconds, 2.0))
-                before = dict(batcher.statistics().batch_sizes)
-                measured = await interleave_async(loads, rounds)
-                sizes.update(_counts_since(before, batcher.statistics().batch_sizes))
-                return measured
-
-        sizes: dict[int, int] = {}
-        samples = _in_new_loop(main)
+        asks = {"eagerrt": ask_eagerrt, "Ray Serve": ask_serve}
+        samples, loads, sizes = _compare(
+            batcher, asks, examples, want, (1e-3, 1e-4), callers, seconds, rounds, 2.0
+        )
     serve.delete("minilm_anchor")
-    result["params"]["minilm_seconds_per_round"] = seconds
-    result["params"]["minilm_rounds"] = rounds
-    result["figures"]["minilm_mean_batch"] = _mean_batch(sizes)
-    result["figures"]["minilm_full_batch_share"] = sizes.get(batch, 0) / max(sum(sizes.values()), 1)
+    _batch_figures(result, "minilm", sizes, batch, seconds, rounds)
     ratio, p99_ratio = _serving_rows(result, "MiniLM 32 callers", samples, loads, "minilm_serving")
     add_target(result, "minilm_vs_serve", "eagerrt on Ray >= 1.1x Ray Serve (MiniLM, 32 callers)",
                ratio, 1.1, ">=")  # fmt: skip
