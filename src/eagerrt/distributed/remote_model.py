@@ -362,7 +362,9 @@ class RemoteModel:
         replica the first time, then remembered)."""
         key = (tree, *(_leaf_key(leaf, self.name) for leaf in leaves))
         known = self._specs.get(key)
-        if known is None:
+        attempts = self.retries + 1
+        while known is None:
+            attempts -= 1
             ray = _ray()
             replica = self._pick()
             if replica is None:
@@ -379,8 +381,10 @@ class RemoteModel:
                 ) from None
             except ray.exceptions.RayActorError as exc:
                 self._lost(replica, exc)
-                if self._broken is not None:  # it was killed for its failed factory
+                if self._broken is not None or self._closed:  # killed for its failed factory
                     raise self._no_replica() from None
+                if attempts > 0:  # retries: ask another replica
+                    continue
                 raise ReplicaLost(
                     f"{self.name}: replica {replica.number} died while asked for its result's shapes"
                 ) from exc
