@@ -149,7 +149,7 @@ class RemoteModel:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # the replicas changed (see ready())
         self._replicas: list[_Replica] = []
-        self._started = 0  # replicas ever started: each one's number
+        self._numbered = 0  # replicas ever made: the next one's number
         self._broken: BaseException | None = None  # the factory failed on a replica
         self._closed = False
         self._specs: dict[tuple[Any, ...], tuple[Any, list[ArraySpec]]] = {}
@@ -244,8 +244,8 @@ class RemoteModel:
         with self._lock:
             closed = self._closed
             if not closed:
-                self._started += 1
-                replica = _Replica(actor, self._started)
+                self._numbered += 1
+                replica = _Replica(actor, self._numbered)
                 self._replicas.append(replica)
                 self._changed.notify_all()
         if closed:
