@@ -42,7 +42,7 @@ Targets (the issue's):
 rounds and the fault pipeline on 100 items; ``run(quick=True, serve=False)``,
 for callers inside a Ray cluster of their own, leaves out Ray Serve.
 
-Ray is kept on the loopback (``LOOPBACK_ONLY``: see tests/test_distributed.py);
+Ray is kept on the loopback (``ert.distributed.LOOPBACK_ENVIRONMENT``);
 run it inside a network namespace of its own where you can
 (``unshare -n sh -c 'ip link set lo up && python benchmarks/bench_distributed.py'``).
 
@@ -76,14 +76,6 @@ from _common import (
 )
 
 T = TypeVar("T")
-
-#: Ray's start-up probes turned to the loopback (as tests/test_distributed.py does).
-LOOPBACK_ONLY = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "http_proxy": "http://127.0.0.1:9",
-    "no_proxy": "127.0.0.1,localhost,::1",
-}
 
 #: The MLP served: 256 -> 512 -> 10, relu between.
 MLP_SIZES = (256, 512, 10)
@@ -159,7 +151,9 @@ def run(
         quick,
         {"rounds": rounds, "calls": calls, "serve": serve},
     )
-    os.environ.update(LOOPBACK_ONLY)
+    from eagerrt.distributed import LOOPBACK_ENVIRONMENT
+
+    os.environ.update(LOOPBACK_ENVIRONMENT)  # before Ray is imported
     try:
         import ray
     except ImportError as exc:

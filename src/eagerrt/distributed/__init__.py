@@ -20,6 +20,6 @@ the first deployment start a local one.
 from __future__ import annotations
 
 from .remote_model import RemoteModel, ReplicaLost, deploy
-from .replica import thread_environment
+from .replica import LOOPBACK_ENVIRONMENT, thread_environment
 
-__all__ = ["RemoteModel", "ReplicaLost", "deploy", "thread_environment"]
+__all__ = ["LOOPBACK_ENVIRONMENT", "RemoteModel", "ReplicaLost", "deploy", "thread_environment"]

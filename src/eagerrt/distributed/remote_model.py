@@ -41,6 +41,7 @@ from .._core import (
     user_line,
 )
 from ..graph import pytree
+from ..graph.function import signature
 from ..ops.futures import fail_all, fulfil, pending
 from ..tensor import Tensor
 from .replica import ArraySpec, Replica, ReplicaLost, example_arguments, thread_environment
@@ -360,7 +361,7 @@ class RemoteModel:
     def _spec(self, leaves: list[Any], tree: Any) -> tuple[Any, list[ArraySpec]]:
         """The result's structure and arrays for this signature (asked of a
         replica the first time, then remembered)."""
-        key = (tree, *(_leaf_key(leaf, self.name) for leaf in leaves))
+        key = signature(leaves, tree, self.name)  # as ert.function keys its traces
         known = self._specs.get(key)
         attempts = self.retries + 1
         while known is None:
@@ -478,19 +479,6 @@ class RemoteModel:
 
     def _fail(self, call: _Call, error: BaseException) -> None:
         fail_all(call.outputs, error, call.site)
-
-
-def _leaf_key(leaf: Any, name: str) -> Any:
-    if isinstance(leaf, Tensor | np.ndarray):
-        return (leaf.shape, leaf.dtype)
-    try:
-        hash(leaf)
-    except TypeError:
-        raise UsageError(
-            f"{name}: argument {leaf!r} is neither an array nor hashable; other arguments "
-            "are static (each value its own signature) and must be hashable"
-        ) from None
-    return ("static", type(leaf), leaf)
 
 
 def _remote_cause(error: Any) -> BaseException:

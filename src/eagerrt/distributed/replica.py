@@ -37,7 +37,7 @@ from ..graph.function import Function
 from ..ops.creation import asarray
 from ..tensor import Tensor
 
-__all__ = ["ArraySpec", "Replica", "ReplicaLost", "thread_environment"]
+__all__ = ["LOOPBACK_ENVIRONMENT", "ArraySpec", "Replica", "ReplicaLost", "thread_environment"]
 
 #: The environment variables that size a process's thread pools: eagerrt's
 #: workers, numba's loops, MKL, OpenBLAS and OpenMP. Ray sets only
@@ -63,6 +63,25 @@ def thread_environment(num_cpus: float) -> dict[str, str]:
     return dict.fromkeys(THREAD_VARIABLES, threads)
 
 
+#: The environment that keeps a one-machine Ray cluster on the loopback, for
+#: machines that must send nothing beyond it (eagerrt's tests and benchmarks).
+#: Ray probes the network at start-up even with its dashboard and usage
+#: statistics off: a UDP socket towards a public resolver to learn its own
+#: address (from the driver and its runtime-environment agent), and
+#: cloud-metadata requests from its dashboard process, which no setting
+#: disables. With these its address is 127.0.0.1 (every listener binds the
+#: loopback) and the metadata requests go to a closed local port through a
+#: proxy; checked with strace in a loopback-only network namespace: no
+#: ``connect()`` beyond 127.0.0.0/8 and ::1. Set them before Ray is imported
+#: (it reads the first then).
+LOOPBACK_ENVIRONMENT = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "http_proxy": "http://127.0.0.1:9",
+    "no_proxy": "127.0.0.1,localhost,::1",
+}
+
+
 class ReplicaLost(_core.EagerError, RuntimeError):
     """A replica of a deployed model died with this call in flight (its process
     or its node was lost; ``__cause__`` is Ray's error; the pool has started
@@ -73,17 +92,18 @@ class ReplicaLost(_core.EagerError, RuntimeError):
 ArraySpec = tuple[tuple[int, ...], str]
 
 
-class _Spec:
-    """An array argument given by its shape and dtype only (see Replica.spec)."""
+class _ShapeDtype:
+    """An array by its shape and dtype only: an argument :meth:`Replica.spec`
+    is asked about, or a traced output standing for its tensor."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: str) -> None:
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
         self.shape, self.dtype = shape, dtype
 
 
 def example_arguments(leaves: list[Any]) -> list[Any]:
     """The leaves as :meth:`Replica.spec` takes them: arrays by shape and dtype."""
     return [
-        _Spec(leaf.shape, leaf.dtype.str) if isinstance(leaf, Tensor | np.ndarray) else leaf
+        _ShapeDtype(leaf.shape, leaf.dtype) if isinstance(leaf, Tensor | np.ndarray) else leaf
         for leaf in leaves
     ]
 
@@ -132,18 +152,19 @@ class Replica:
 
     def spec(self, leaves: list[Any], tree: Any) -> tuple[Any, list[ArraySpec]]:
         """The structure and the arrays' shapes and dtypes of the model's result
-        for arguments of these shapes and dtypes (``_Spec`` leaves). An
+        for arguments of these shapes and dtypes (``_ShapeDtype`` leaves). An
         ``ert.function`` is traced for them (compiled, not run); another model
         is run once on zeros of them."""
         if self.failure is not None:
             raise self.failure
         zeros = [
-            np.zeros(leaf.shape, leaf.dtype) if isinstance(leaf, _Spec) else leaf for leaf in leaves
+            np.zeros(leaf.shape, leaf.dtype) if isinstance(leaf, _ShapeDtype) else leaf
+            for leaf in leaves
         ]
         if isinstance(self.model, Function):
             args, kwargs = pytree.unflatten(tree, [_as_input(leaf) for leaf in zeros])
             compiled = self.model.compiled_for(*args, **kwargs)
-            specs = [_OutputSpec(v.shape, v.dtype) for v in compiled.graph.outputs]
+            specs = [_ShapeDtype(v.shape, v.dtype) for v in compiled.graph.outputs]
             out_leaves, out_tree = pytree.flatten(compiled.finish(specs))  # type: ignore[arg-type]
             return out_tree, [_spec_of(leaf) for leaf in out_leaves]
         arrays, out_tree = self._run(zeros, tree)
@@ -173,15 +194,8 @@ class Replica:
         return [_as_array(leaf) for leaf in out_leaves], out_tree
 
 
-class _OutputSpec:
-    """A traced output, standing for its tensor in the result's structure."""
-
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
-        self.shape, self.dtype = shape, dtype
-
-
 def _spec_of(leaf: Any) -> ArraySpec:
-    if isinstance(leaf, _OutputSpec):
+    if isinstance(leaf, _ShapeDtype):
         return leaf.shape, leaf.dtype.str
     array = np.asarray(leaf)  # a constant the function returns as it is
     return array.shape, array.dtype.str

@@ -105,7 +105,7 @@ def _fast_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     return tuple(key)
 
 
-def _signature(leaves: list[Any], tree: Any, name: str) -> tuple[Any, ...]:
+def signature(leaves: list[Any], tree: Any, name: str) -> tuple[Any, ...]:
     """The cache key: each tensor's shape, dtype and device; other values themselves."""
     parts: list[Any] = [tree]
     for leaf in leaves:
@@ -214,7 +214,7 @@ class Function(Generic[_F]):
 
     def _key(self, leaves: list[Any], tree: Any) -> tuple[Any, ...]:
         """A trace's cache key: the arguments' signature and the precision in force."""
-        return (*_signature(leaves, tree, self._name), self._precision_now())
+        return (*signature(leaves, tree, self._name), self._precision_now())
 
     def _precision_now(self) -> str:
         return self.precision or config.matmul_precision

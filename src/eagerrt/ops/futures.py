@@ -72,7 +72,7 @@ def from_future(
             f"from_future makes tensors on the host, not on {dev.name!r}: "
             f"make it on the CPU and move it with .to({dev.name!r})"
         )
-    t = pending(shape_tuple(shape), to_dtype(dtype), name, device=device)
+    t = pending(shape_tuple(shape), to_dtype(dtype), name, device=dev)
     site = user_line()
     future.add_done_callback(lambda done: _settle(t, done, site))
     return t
